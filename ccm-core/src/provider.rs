@@ -1,0 +1,373 @@
+//! The provider traits: [`CloudProvider`] and its optional capabilities.
+//!
+//! Every method mirrors one method of Go's `cloudprovider.Interface` and its sub-interfaces, in
+//! Rust naming. Go's `context.Context` has no parameter here: the framework cancels a call by
+//! dropping its future (on shutdown, or when the per-call timeout `--cloud-api-timeout` fires),
+//! so a provider must not rely on running to completion once it has been polled.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    CloudError, InstanceMetadata, LoadBalancerStatus, Node, NodeAddress, Route, Service, Zone,
+};
+
+/// The result of every provider method.
+pub type CloudResult<T> = Result<T, CloudError>;
+
+/// What [`CloudProvider::initialize`] receives: a Kubernetes client and the shutdown signal.
+///
+/// The client is carried type-erased so that `ccm-core` does not depend on kube's HTTP client
+/// (which changes major version three times a year; the provider contract should not). The
+/// framework (`ccm-controllers`) always stores a `kube::Client`; get it back with
+/// [`InitContext::client`]:
+///
+/// ```ignore
+/// let client: kube::Client = ctx.client().expect("ccm-controllers passes a kube::Client");
+/// ```
+///
+/// `client()` returns `None` only when the provider was built against a different `kube` version
+/// than the framework (two copies of the type), or in a test that passed no client.
+#[derive(Clone)]
+pub struct InitContext {
+    client: Option<Arc<dyn Any + Send + Sync>>,
+    shutdown: CancellationToken,
+    cluster_name: String,
+}
+
+impl std::fmt::Debug for InitContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InitContext")
+            .field("has_client", &self.client.is_some())
+            .field("shutdown", &self.shutdown.is_cancelled())
+            .field("cluster_name", &self.cluster_name)
+            .finish()
+    }
+}
+
+impl InitContext {
+    /// Builds a context. `client` is the framework's Kubernetes client (a `kube::Client` in
+    /// `ccm-controllers`), `shutdown` is cancelled when the process shuts down or loses
+    /// leadership.
+    pub fn new<C>(
+        client: Option<C>,
+        shutdown: CancellationToken,
+        cluster_name: impl Into<String>,
+    ) -> Self
+    where
+        C: Any + Send + Sync,
+    {
+        InitContext {
+            client: client.map(|c| Arc::new(c) as Arc<dyn Any + Send + Sync>),
+            shutdown,
+            cluster_name: cluster_name.into(),
+        }
+    }
+
+    /// The Kubernetes client, downcast to the type the framework stored (`kube::Client`).
+    pub fn client<C>(&self) -> Option<C>
+    where
+        C: Any + Clone,
+    {
+        self.client.as_ref()?.downcast_ref::<C>().cloned()
+    }
+
+    /// Cancelled when the process shuts down or stops leading. Background tasks the provider
+    /// starts in `initialize` must stop when it fires (`shutdown().cancelled().await`).
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// The value of `--cluster-name`, passed to every load-balancer and route call.
+    pub fn cluster_name(&self) -> &str {
+        &self.cluster_name
+    }
+}
+
+/// A cloud provider: the entry point the framework builds from the registry.
+///
+/// Implement the capability traits your cloud supports on your type (or on separate types) and
+/// return them from the matching methods; every capability defaults to `None` (unsupported). The
+/// Rust counterpart of Go's `cloudprovider.Interface`, where `LoadBalancer() (LoadBalancer, bool)`
+/// becomes `load_balancer() -> Option<&dyn LoadBalancer>`.
+///
+/// What the framework does with the answers:
+/// - `instances_v2` or `instances` is needed for the cloud-node and node-lifecycle controllers;
+///   when both are `None` they are not started (logged, not fatal). `instances_v2` wins when both
+///   are offered, and then [`zones`](CloudProvider::zones) is never called.
+/// - `load_balancer` `None` means the service controller is not started.
+/// - `routes` `None` means the route controller is not started.
+/// - `clusters` is never called by a framework controller.
+#[async_trait]
+pub trait CloudProvider: Send + Sync + 'static {
+    /// The provider's name, e.g. `acme`. Used to build provider IDs (`acme://<id>`) on the
+    /// legacy [`Instances`] path and in log lines. Should equal the registered name.
+    fn provider_name(&self) -> &str;
+
+    /// Whether the provider tags cloud resources with a cluster ID. When false, the framework
+    /// refuses to start unless `--allow-untagged-cloud` is given (as Go's template does).
+    /// Defaults to true.
+    fn has_cluster_id(&self) -> bool {
+        true
+    }
+
+    /// Called once, after leadership is won (at once when leader election is off) and before
+    /// any controller starts. May start background tasks; they must stop when
+    /// [`InitContext::shutdown`] fires. An error aborts startup (the process exits non-zero).
+    async fn initialize(&self, ctx: InitContext) -> CloudResult<()> {
+        let _ = ctx;
+        Ok(())
+    }
+
+    /// The instance capability (preferred): one call per node initialisation.
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        None
+    }
+
+    /// The legacy v1 instance capability, used only when [`CloudProvider::instances_v2`] is
+    /// `None`.
+    fn instances(&self) -> Option<&dyn Instances> {
+        None
+    }
+
+    /// The deprecated zone capability, used only on the legacy [`Instances`] path.
+    fn zones(&self) -> Option<&dyn Zones> {
+        None
+    }
+
+    /// The load-balancer capability, for `type: LoadBalancer` Services.
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        None
+    }
+
+    /// The route capability, for pod-CIDR routes in the cloud's route table.
+    fn routes(&self) -> Option<&dyn Routes> {
+        None
+    }
+
+    /// The cluster-listing capability (never called by the framework's controllers).
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        None
+    }
+}
+
+/// Instance lookups keyed by the Node object (Go's `InstancesV2`).
+///
+/// Implementations should identify the instance by `spec.providerID` when set and fall back to
+/// the Node's name (or labels/annotations) otherwise.
+#[async_trait]
+pub trait InstancesV2: Send + Sync {
+    /// Whether the Node's instance still exists in the cloud.
+    ///
+    /// - `Ok(true)`: it exists. A stopped, sleeping or shut-down instance **exists**: return true.
+    /// - `Ok(false)`: it is gone for good. The node-lifecycle controller then deletes the Node
+    ///   object (after a second `Ok(false)` at least `--node-deletion-grace-period` later; Go
+    ///   deletes at once). Never answer false because of an authorisation, network or
+    ///   rate-limit failure: return an error.
+    /// - `Err(_)`: unknown; the Node is left alone and checked again next period.
+    ///   [`CloudError::InstanceNotFound`] is an error here too, not "gone".
+    ///
+    /// Called only for Nodes whose `Ready` condition is not `True`.
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool>;
+
+    /// Whether the Node's instance is shut down (exists but is stopped).
+    ///
+    /// `Ok(true)` makes the node-lifecycle controller add the
+    /// `node.cloudprovider.kubernetes.io/shutdown:NoSchedule` taint; the taint is removed when the
+    /// Node is `Ready` again. [`CloudError::NotImplemented`] counts as "not shut down"; other
+    /// errors leave the Node alone.
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool>;
+
+    /// The instance's metadata: provider ID, type, addresses, zone, region, extra labels.
+    ///
+    /// Called once to initialise a Node that carries the
+    /// `node.cloudprovider.kubernetes.io/uninitialized` taint, and every
+    /// `--node-status-update-frequency` (default 5m) to refresh addresses. Any error keeps the
+    /// Node tainted and retries with backoff ([`CloudError::Retry`] sets the delay). The provider
+    /// ID must be stable; it may be empty only if the Node already has one.
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata>;
+}
+
+/// Legacy instance lookups keyed by node name or provider ID (Go's v1 `Instances`).
+///
+/// Used only when the provider offers no [`InstancesV2`]; initialising a Node then takes three to
+/// six calls instead of one. Prefer `InstancesV2` for new providers.
+#[async_trait]
+pub trait Instances: Send + Sync {
+    /// The addresses of the instance registered under `node_name`. Fallback for
+    /// [`Instances::node_addresses_by_provider_id`].
+    async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>>;
+
+    /// The addresses of the instance with this provider ID. Tried first; on any error the
+    /// framework falls back to [`Instances::node_addresses`]; both failing keeps the Node
+    /// tainted.
+    async fn node_addresses_by_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> CloudResult<Vec<NodeAddress>>;
+
+    /// The cloud's instance ID (without the `<provider>://` prefix) for `node_name`.
+    ///
+    /// The framework builds `spec.providerID` as `<provider_name>://<id>`. Return
+    /// [`CloudError::InstanceNotFound`] when no such instance exists; **not** for a stopped
+    /// instance. [`CloudError::NotImplemented`] leaves `spec.providerID` empty and lets
+    /// initialisation continue; any other error (including `InstanceNotFound`) keeps the Node
+    /// tainted and retries.
+    async fn instance_id(&self, node_name: &str) -> CloudResult<String>;
+
+    /// The instance type for `node_name`. Fallback for
+    /// [`Instances::instance_type_by_provider_id`].
+    async fn instance_type(&self, node_name: &str) -> CloudResult<String>;
+
+    /// The instance type for a provider ID. Tried first; on error the framework falls back to
+    /// [`Instances::instance_type`].
+    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String>;
+
+    /// Adds an SSH key to every instance. Never called by the framework; defaults to
+    /// [`CloudError::NotImplemented`].
+    async fn add_ssh_key_to_all_instances(&self, user: &str, key_data: &[u8]) -> CloudResult<()> {
+        let _ = (user, key_data);
+        Err(CloudError::NotImplemented)
+    }
+
+    /// The node name of the machine with this hostname. Never called by the framework (it only
+    /// makes sense on the node itself); defaults to [`CloudError::NotImplemented`].
+    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
+        let _ = hostname;
+        Err(CloudError::NotImplemented)
+    }
+
+    /// Whether the instance with this provider ID exists. Same contract as
+    /// [`InstancesV2::instance_exists`]: `Ok(false)` leads to the Node's deletion, stopped
+    /// instances exist, errors never delete.
+    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool>;
+
+    /// Whether the instance with this provider ID is shut down. Same contract as
+    /// [`InstancesV2::instance_shutdown`]; [`CloudError::NotImplemented`] means "not shut down".
+    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool>;
+}
+
+/// Deprecated zone lookups (Go's `Zones`), used only with the legacy [`Instances`] capability.
+#[async_trait]
+pub trait Zones: Send + Sync {
+    /// The zone of the machine the code runs on. Never called by the framework (a CCM does not
+    /// run on the node it describes); defaults to [`CloudError::NotImplemented`].
+    async fn get_zone(&self) -> CloudResult<Zone> {
+        Err(CloudError::NotImplemented)
+    }
+
+    /// The zone of the instance with this provider ID. Tried first when initialising a Node on
+    /// the legacy path; on error the framework falls back to [`Zones::get_zone_by_node_name`].
+    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone>;
+
+    /// The zone of the instance registered under `node_name`. Both lookups failing keeps the
+    /// Node tainted and retries.
+    async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone>;
+}
+
+/// Cloud load balancers for `type: LoadBalancer` Services (Go's `LoadBalancer`).
+///
+/// The framework calls these only for Services it handles (`spec.type: LoadBalancer` without
+/// `spec.loadBalancerClass`), after it has put the `service.kubernetes.io/load-balancer-cleanup`
+/// finalizer on the Service. Treat the Service as read-only. `cluster_name` is `--cluster-name`;
+/// include it in the names or tags of what you create so two clusters in one account never
+/// adopt each other's load balancers.
+#[async_trait]
+pub trait LoadBalancer: Send + Sync {
+    /// The status of the Service's load balancer, or `None` if none created by this controller
+    /// exists.
+    ///
+    /// Called before deleting (to decide whether to emit `DeletingLoadBalancer`) and after a
+    /// failed [`LoadBalancer::update_load_balancer`] (an error for a load balancer that no longer
+    /// exists is ignored).
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>>;
+
+    /// The name of the Service's load balancer. Never called by the framework; defaults to
+    /// [`default_load_balancer_name`](crate::default_load_balancer_name).
+    fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
+        let _ = cluster_name;
+        crate::default_load_balancer_name(service)
+    }
+
+    /// Creates the load balancer or brings it up to date (ports, source ranges, annotations,
+    /// hosts) and returns its status, which the framework writes to `status.loadBalancer`.
+    ///
+    /// Must be idempotent: it is called for every handled Service on every start and leader
+    /// change, and on every relevant Service change. `hosts` are the eligible Nodes (not being
+    /// deleted, not excluded by `node.kubernetes.io/exclude-from-external-load-balancers`, not
+    /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. Errors: [`CloudError::Retry`]
+    /// requeues after its delay, [`CloudError::ImplementedElsewhere`] is a success without a
+    /// status write, anything else emits `SyncLoadBalancerFailed` and retries with exponential
+    /// backoff (5 s to 300 s).
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        hosts: &[Node],
+    ) -> CloudResult<LoadBalancerStatus>;
+
+    /// Replaces the load balancer's backend hosts; nothing else changed.
+    ///
+    /// Called when the eligible node set changes (coalesced over `--node-sync-window`). On
+    /// error (other than a load balancer that no longer exists), the framework emits
+    /// `UpdateLoadBalancerFailed` and falls back to a full
+    /// [`LoadBalancer::ensure_load_balancer`]. [`CloudError::ImplementedElsewhere`] is a success.
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        hosts: &[Node],
+    ) -> CloudResult<()>;
+
+    /// Deletes the Service's load balancer and everything created for it.
+    ///
+    /// Must succeed (`Ok(())`) when nothing exists, and be thorough ("get may say it's gone
+    /// while parts linger"). Called when the Service is deleted, stops being a LoadBalancer, or
+    /// was re-created under the same name; the finalizer is removed only after it succeeds.
+    /// Must **not** return [`CloudError::ImplementedElsewhere`].
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()>;
+}
+
+/// Pod-CIDR routes in the cloud's route table (Go's `Routes`).
+#[async_trait]
+pub trait Routes: Send + Sync {
+    /// Every route managed for this cluster. The route controller calls it once per reconcile.
+    /// Set [`Route::enable_node_addresses`] on the results if you track
+    /// [`Route::target_node_addresses`].
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>>;
+
+    /// Creates a route. `name_hint` is the Node's UID (stable and unique); `route.name` is
+    /// ignored. Creating a route that already exists should succeed.
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> CloudResult<()>;
+
+    /// Deletes a route, as returned by [`Routes::list_routes`]. Deleting a route that no
+    /// longer exists should succeed.
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()>;
+}
+
+/// Cluster listing (Go's `Clusters`). Never called by the framework's controllers; offered for
+/// completeness and for vendors' own controllers.
+#[async_trait]
+pub trait Clusters: Send + Sync {
+    /// The names of the clusters the provider knows.
+    async fn list_clusters(&self) -> CloudResult<Vec<String>>;
+
+    /// The address of the control plane of `cluster_name`.
+    async fn master(&self, cluster_name: &str) -> CloudResult<String>;
+}
