@@ -1,0 +1,119 @@
+//! What every controller receives: the client, the (budgeted) cloud provider, the shared
+//! informers, metrics, events and the shutdown signal.
+
+use std::sync::Arc;
+
+use ccm_core::CloudProvider;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::EventRecorder;
+use crate::informer::{self, Informer};
+use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::workqueue::{Backoff, WorkQueue};
+
+/// The context handed to every controller, built-in or the vendor's own. Cheap to clone.
+#[derive(Clone)]
+pub struct ControllerContext {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// The cloud provider, wrapped in the cloud-call budget (metrics, rate limit, timeout).
+    pub cloud: Arc<dyn CloudProvider>,
+    /// The shared Node informer (`managedFields` and `status.images` stripped).
+    pub nodes: Informer<Node>,
+    /// The shared Service informer (`managedFields` stripped).
+    pub services: Informer<Service>,
+    /// The process's metrics registry.
+    pub metrics: Arc<MetricsRegistry>,
+    /// The shared work-queue metric family.
+    pub workqueue_metrics: WorkQueueMetrics,
+    /// Fires when the process shuts down or stops leading: stop taking work, finish what runs.
+    pub shutdown: CancellationToken,
+    /// `--cluster-name`, passed to every load-balancer and route call.
+    pub cluster_name: String,
+    /// This process's identity (leader-election identity), used as the events' reporting
+    /// instance.
+    pub identity: String,
+}
+
+impl std::fmt::Debug for ControllerContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControllerContext")
+            .field("cluster_name", &self.cluster_name)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`ControllerContext::start`] needs.
+pub struct ContextParams {
+    /// The Kubernetes client.
+    pub client: Client,
+    /// The (already budget-wrapped) provider.
+    pub cloud: Arc<dyn CloudProvider>,
+    /// The metrics registry.
+    pub metrics: Arc<MetricsRegistry>,
+    /// The work-queue metric family, registered once in `metrics`.
+    pub workqueue_metrics: WorkQueueMetrics,
+    /// The shutdown signal.
+    pub shutdown: CancellationToken,
+    /// `--cluster-name`.
+    pub cluster_name: String,
+    /// This process's identity.
+    pub identity: String,
+}
+
+impl ControllerContext {
+    /// Starts the shared informers on `tasks` and returns the context. The informers run until
+    /// `params.shutdown` fires; use [`ControllerContext::wait_for_sync`] before acting.
+    pub fn start(params: ContextParams, tasks: &mut JoinSet<()>) -> Self {
+        let (nodes, node_driver) = Informer::new(
+            Api::<Node>::all(params.client.clone()),
+            watcher::Config::default(),
+            informer::strip_node,
+            params.shutdown.clone(),
+        );
+        let (services, service_driver) = Informer::new(
+            Api::<Service>::all(params.client.clone()),
+            watcher::Config::default(),
+            informer::strip_nothing,
+            params.shutdown.clone(),
+        );
+        tasks.spawn(node_driver);
+        tasks.spawn(service_driver);
+        ControllerContext {
+            client: params.client,
+            cloud: params.cloud,
+            nodes,
+            services,
+            metrics: params.metrics,
+            workqueue_metrics: params.workqueue_metrics,
+            shutdown: params.shutdown,
+            cluster_name: params.cluster_name,
+            identity: params.identity,
+        }
+    }
+
+    /// Waits until every shared informer has listed once. False if one stopped first.
+    pub async fn wait_for_sync(&self) -> bool {
+        self.nodes.wait_until_synced().await && self.services.wait_until_synced().await
+    }
+
+    /// An event recorder reporting as `component` (Go's event source component, e.g.
+    /// `cloud-node-controller`).
+    pub fn recorder(&self, component: &str) -> EventRecorder {
+        EventRecorder::new(self.client.clone(), component, &self.identity)
+    }
+
+    /// A work queue named `name` with the given backoff, reporting to the work-queue metrics.
+    pub fn queue<T>(&self, name: &str, backoff: Backoff) -> WorkQueue<T>
+    where
+        T: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
+    {
+        WorkQueue::new(name, backoff, Some(self.workqueue_metrics.clone()))
+    }
+}

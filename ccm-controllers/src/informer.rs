@@ -1,0 +1,346 @@
+//! Shared informers: one watch per resource kind per process, an in-memory store, and a
+//! broadcast of changes with both the old and the new object.
+//!
+//! Why not kube's `reflect_shared`/`subscribe`: its subscribers receive only the new object,
+//! while the Go controllers' update handlers compare old and new (the service controller reacts
+//! to a Node only when its load-balancer eligibility or providerID flipped; the route controller
+//! only when `spec.podCIDRs` or `status.addresses` changed). Its subscribers also apply
+//! back-pressure to the watch, so a slow controller stalls every other one. Here the store is
+//! kube's `reflector::Store`, and changes go out on a bounded `tokio::sync::broadcast`; a
+//! subscriber that falls behind gets [`Change::Resync`] and rebuilds from the store instead of
+//! blocking anyone.
+//!
+//! After every (re)list, the informer diffs the new list against what it held and emits the
+//! resulting `Applied`/`Deleted` changes, so objects deleted while the watch was down are still
+//! reported (client-go's `DeletedFinalStateUnknown`).
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// Default capacity of an informer's change broadcast. A subscriber more than this many changes
+/// behind receives [`Change::Resync`].
+pub const DEFAULT_BROADCAST_CAPACITY: usize = 4096;
+
+/// One change seen by an informer.
+#[derive(Debug)]
+pub enum Change<K> {
+    /// An object was added (`old` is `None`) or modified.
+    Applied {
+        /// The object before the change, when the informer had it.
+        old: Option<Arc<K>>,
+        /// The object after the change.
+        new: Arc<K>,
+    },
+    /// An object was deleted (its last known state).
+    Deleted(Arc<K>),
+    /// The subscriber missed changes (it fell behind); treat every object in the store as
+    /// changed.
+    Resync,
+}
+
+impl<K> Clone for Change<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Change::Applied { old, new } => Change::Applied {
+                old: old.clone(),
+                new: new.clone(),
+            },
+            Change::Deleted(o) => Change::Deleted(o.clone()),
+            Change::Resync => Change::Resync,
+        }
+    }
+}
+
+/// A shared informer handle: a read-only store plus a way to subscribe to changes. Cheap to
+/// clone; every clone sees the same store.
+pub struct Informer<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Hash + Eq + Clone,
+{
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+}
+
+impl<K> Clone for Informer<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Hash + Eq + Clone,
+{
+    fn clone(&self) -> Self {
+        Informer {
+            store: self.store.clone(),
+            changes: self.changes.clone(),
+        }
+    }
+}
+
+/// A subscription to an informer's changes.
+pub struct Subscription<K> {
+    rx: broadcast::Receiver<Change<K>>,
+}
+
+impl<K: Clone> Subscription<K> {
+    /// The next change; `None` once the informer has stopped. A subscriber that fell behind
+    /// receives [`Change::Resync`] once, then the changes after the gap.
+    pub async fn recv(&mut self) -> Option<Change<K>> {
+        match self.rx.recv().await {
+            Ok(change) => Some(change),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Change::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+impl<K> Informer<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Hash + Eq + Clone + Default,
+{
+    /// Creates an informer over `api` and the future that drives its watch. The future runs
+    /// until `shutdown` fires; spawn it. `strip` is applied to every object before it is stored
+    /// (the runtime strips `managedFields`, and for Nodes `status.images`, which no controller
+    /// reads: a node's image list is most of its size).
+    ///
+    /// Objects in the store are therefore **not** complete: never write one back with a PUT.
+    pub fn new(
+        api: Api<K>,
+        config: watcher::Config,
+        strip: fn(&mut K),
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let stream = watcher::watcher(api, config).default_backoff();
+        Self::from_stream(stream, strip, shutdown)
+    }
+
+    /// Like [`Informer::new`], from any stream of watcher events (for tests).
+    pub fn from_stream<S>(
+        stream: S,
+        strip: fn(&mut K),
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    {
+        let (store, writer) = reflector::store::<K>();
+        let (changes, _) = broadcast::channel(DEFAULT_BROADCAST_CAPACITY);
+        let informer = Informer {
+            store: store.clone(),
+            changes: changes.clone(),
+        };
+        let driver = drive(stream, writer, store, changes, strip, shutdown);
+        (informer, driver)
+    }
+
+    /// The store. Empty until the first list completed; see [`Informer::wait_until_synced`].
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Every object in the store.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.store.state()
+    }
+
+    /// The object with this name (cluster-scoped) from the store.
+    pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name))
+    }
+
+    /// The namespaced object with this name from the store.
+    pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Waits until the first list has completed (client-go's `WaitForCacheSync`). Returns
+    /// false if the informer stopped before that.
+    pub async fn wait_until_synced(&self) -> bool {
+        self.store.wait_until_ready().await.is_ok()
+    }
+
+    /// Subscribes to changes from now on. Subscribe before reading the store, so nothing falls
+    /// between the read and the first change.
+    pub fn subscribe(&self) -> Subscription<K> {
+        Subscription {
+            rx: self.changes.subscribe(),
+        }
+    }
+}
+
+async fn drive<K, S>(
+    stream: S,
+    mut writer: reflector::store::Writer<K>,
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+    strip: fn(&mut K),
+    shutdown: CancellationToken,
+) where
+    K: Resource + Clone + Debug + Send + Sync + 'static,
+    K::DynamicType: Hash + Eq + Clone + Default,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let mut stream = std::pin::pin!(stream);
+    // What the store held when the current (re)list started, to diff against at InitDone.
+    let mut before_relist: Option<HashMap<ObjectRef<K>, Arc<K>>> = None;
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            next = stream.next() => next,
+        };
+        let event = match next {
+            None => break,
+            Some(Err(error)) => {
+                // The watcher backs off and re-lists on its own; this is only reported.
+                tracing::warn!(%kind, %error, "watch failed; retrying with backoff");
+                continue;
+            }
+            Some(Ok(event)) => event,
+        };
+        let event = event.modify(|obj| {
+            obj.managed_fields_mut().clear();
+            strip(obj);
+        });
+        match &event {
+            Event::Init => {
+                before_relist = Some(
+                    store
+                        .state()
+                        .into_iter()
+                        .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
+                        .collect(),
+                );
+                writer.apply_watcher_event(&event);
+            }
+            Event::InitApply(_) => writer.apply_watcher_event(&event),
+            Event::InitDone => {
+                writer.apply_watcher_event(&event);
+                let mut before = before_relist.take().unwrap_or_default();
+                for new in store.state() {
+                    let key = ObjectRef::from_obj(new.as_ref());
+                    let old = before.remove(&key);
+                    let unchanged = old
+                        .as_ref()
+                        .is_some_and(|o| o.resource_version() == new.resource_version());
+                    if !unchanged {
+                        let _ = changes.send(Change::Applied { old, new });
+                    }
+                }
+                for (_, gone) in before {
+                    let _ = changes.send(Change::Deleted(gone));
+                }
+            }
+            Event::Apply(obj) => {
+                let key = ObjectRef::from_obj(obj);
+                let old = store.get(&key);
+                writer.apply_watcher_event(&event);
+                if let Some(new) = store.get(&key) {
+                    let _ = changes.send(Change::Applied { old, new });
+                }
+            }
+            Event::Delete(obj) => {
+                writer.apply_watcher_event(&event);
+                let _ = changes.send(Change::Deleted(Arc::new(obj.clone())));
+            }
+        }
+    }
+    tracing::debug!(%kind, "informer stopped");
+}
+
+/// Strips what no controller reads from a Node before it is cached: `status.images` (usually
+/// most of a Node's size).
+pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+}
+
+/// Strips nothing beyond `managedFields` (which every informer drops).
+pub fn strip_nothing<K>(_: &mut K) {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::ObjectMeta;
+
+    fn node(name: &str, rv: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn relist_reports_adds_changes_and_missed_deletes() {
+        let events: Vec<Result<Event<Node>, watcher::Error>> = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("a", "1"))),
+            Ok(Event::InitApply(node("b", "2"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(node("a", "3"))),
+            // The watch broke; the re-list no longer has "b" and "a" changed again.
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("a", "4"))),
+            Ok(Event::InitDone),
+        ];
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let shutdown = CancellationToken::new();
+        let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
+        let mut sub = informer.subscribe();
+        let task = tokio::spawn(driver);
+        for e in events {
+            tx.unbounded_send(e).unwrap();
+        }
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            match sub.recv().await.unwrap() {
+                Change::Applied { old, new } => seen.push(format!(
+                    "apply {} {}->{}",
+                    new.name_any(),
+                    old.map(|o| o.resource_version().unwrap_or_default())
+                        .unwrap_or_default(),
+                    new.resource_version().unwrap_or_default()
+                )),
+                Change::Deleted(o) => seen.push(format!("delete {}", o.name_any())),
+                Change::Resync => seen.push("resync".into()),
+            }
+        }
+        seen[..2].sort();
+        assert_eq!(
+            seen,
+            [
+                "apply a ->1",
+                "apply b ->2",
+                "apply a 1->3",
+                "apply a 3->4",
+                "delete b"
+            ]
+        );
+        assert!(informer.wait_until_synced().await);
+        assert_eq!(informer.list().len(), 1);
+        assert_eq!(
+            informer.get("a").unwrap().resource_version().as_deref(),
+            Some("4")
+        );
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}
