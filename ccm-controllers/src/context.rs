@@ -98,6 +98,31 @@ impl ControllerContext {
         }
     }
 
+    /// A context for tests and embedding: a fresh metrics registry, its own shutdown token,
+    /// identity `standalone`. Informers run on the returned task set until `ctx.shutdown` fires.
+    pub fn standalone(
+        client: Client,
+        cloud: Arc<dyn CloudProvider>,
+        cluster_name: &str,
+    ) -> (Self, JoinSet<()>) {
+        let metrics = MetricsRegistry::new();
+        let workqueue_metrics = WorkQueueMetrics::register(&metrics);
+        let mut tasks = JoinSet::new();
+        let ctx = Self::start(
+            ContextParams {
+                client,
+                cloud,
+                metrics,
+                workqueue_metrics,
+                shutdown: CancellationToken::new(),
+                cluster_name: cluster_name.to_owned(),
+                identity: "standalone".to_owned(),
+            },
+            &mut tasks,
+        );
+        (ctx, tasks)
+    }
+
     /// Waits until every shared informer has listed once. False if one stopped first.
     pub async fn wait_for_sync(&self) -> bool {
         self.nodes.wait_until_synced().await && self.services.wait_until_synced().await

@@ -11,12 +11,14 @@
 #![warn(missing_docs)]
 
 pub mod context;
+mod error;
 pub mod events;
 pub mod informer;
 pub mod metrics;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
+pub use error::ControllerError;
 pub use events::EventRecorder;
 pub use informer::{Change, Informer, Subscription};
 pub use metrics::{MetricsRegistry, WorkQueueMetrics};
