@@ -1,0 +1,611 @@
+//! Route controller tests: the real controller against TestCluster (the in-process API server,
+//! or the real cluster named by `CCM_TEST_KUBECONFIG`) and FakeCloud.
+//!
+//! Every test labels its Nodes with a value unique to the test and runs the controller with a
+//! Node informer restricted to that label, so on a real cluster the controller never sees (and
+//! never writes the `NetworkUnavailable` condition of) Nodes it did not create. Each test also
+//! uses its own cluster CIDR.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ccm_controllers::informer::{self, Informer};
+use ccm_controllers::route::{self, RouteConfig};
+use ccm_controllers::workqueue::Backoff;
+use ccm_controllers::{ControllerContext, ControllerError};
+use ccm_core::{CloudProvider, Route};
+use ccm_testing::TestCluster;
+use ccm_testing::builders::kubelet_node;
+use ccm_testing::fake_cloud::{FakeCloud, FakeCloudConfig, Fault};
+use ccm_testing::wait::{eventually, wait_for};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use tokio::task::{JoinHandle, JoinSet};
+
+const WAIT: Duration = Duration::from_secs(20);
+const LABEL: &str = "route-test.ccm-rs.io/run";
+
+/// A running route controller and what a test needs around it.
+struct Harness {
+    cluster: TestCluster,
+    fake: FakeCloud,
+    ctx: ControllerContext,
+    _tasks: JoinSet<()>,
+    controller: Option<JoinHandle<Result<(), ControllerError>>>,
+    /// The value of [`LABEL`] on this test's Nodes.
+    run_id: String,
+}
+
+/// A /16 unique enough per test: tests pick distinct second octets.
+fn cidr(octet: u8) -> String {
+    format!("10.{octet}.0.0/16")
+}
+
+fn test_config(cluster_cidrs: &str) -> RouteConfig {
+    RouteConfig {
+        cluster_cidrs: route::parse_cluster_cidrs(cluster_cidrs).unwrap(),
+        // Long: tests show the watch path works without the periodic reconcile, unless they
+        // set a shorter period themselves.
+        reconciliation_period: Duration::from_secs(3600),
+        debounce: Duration::from_millis(100),
+        create_retry_backoff: Backoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(500),
+        },
+        reconcile_retry_backoff: Backoff {
+            base: Duration::from_millis(100),
+            max: Duration::from_millis(500),
+        },
+        ..RouteConfig::default()
+    }
+}
+
+/// A context whose Node informer sees only Nodes labelled with `run_id`.
+fn scoped_context(
+    client: Client,
+    cloud: Arc<dyn CloudProvider>,
+    run_id: &str,
+) -> (ControllerContext, JoinSet<()>) {
+    let (mut ctx, mut tasks) = ControllerContext::standalone(client.clone(), cloud, "kubernetes");
+    let (nodes, driver) = Informer::new(
+        Api::<Node>::all(client),
+        watcher::Config::default().labels(&format!("{LABEL}={run_id}")),
+        informer::strip_node,
+        ctx.shutdown.clone(),
+    );
+    tasks.spawn(driver);
+    ctx.nodes = nodes;
+    (ctx, tasks)
+}
+
+impl Harness {
+    async fn start(fake: FakeCloud, config: RouteConfig) -> Harness {
+        let cluster = TestCluster::start().await;
+        let run_id = cluster.unique_name("run");
+        let (ctx, tasks) = scoped_context(cluster.client(), fake.provider(), &run_id);
+        let controller = Some(tokio::spawn(route::run(ctx.clone(), config)));
+        Harness {
+            cluster,
+            fake,
+            ctx,
+            _tasks: tasks,
+            controller,
+            run_id,
+        }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.cluster.client())
+    }
+
+    /// Creates a Node labelled for this test with these pod CIDRs; returns its name.
+    async fn node(&self, prefix: &str, pod_cidrs: &[&str]) -> Node {
+        let name = self.cluster.unique_name(prefix);
+        let mut b = kubelet_node(&name).label(LABEL, &self.run_id);
+        if !pod_cidrs.is_empty() {
+            b = b.pod_cidrs(pod_cidrs);
+        }
+        self.cluster.create(&b.build()).await
+    }
+
+    fn routes_of(&self, node: &str) -> Vec<Route> {
+        let mut r: Vec<Route> = self
+            .fake
+            .routes()
+            .into_iter()
+            .filter(|r| r.target_node == node)
+            .collect();
+        r.sort_by(|a, b| a.destination_cidr.cmp(&b.destination_cidr));
+        r
+    }
+
+    async fn wait_routes(&self, node: &str, cidrs: &[&str]) {
+        let ok = eventually(WAIT, || async {
+            let got: Vec<String> = self
+                .routes_of(node)
+                .into_iter()
+                .map(|r| r.destination_cidr)
+                .collect();
+            got == cidrs
+        })
+        .await;
+        assert!(
+            ok,
+            "routes of {node}: want {cidrs:?}, have {:?}",
+            self.fake.routes()
+        );
+    }
+
+    async fn wait_condition(&self, node: &str, status: &str, reason: &str) -> Node {
+        wait_for(&self.nodes(), node, WAIT, |n: &Node| {
+            network_unavailable(n).is_some_and(|c| {
+                c.status == status && c.reason.as_deref() == Some(reason)
+            })
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn stop(mut self) {
+        self.ctx.shutdown.cancel();
+        if let Some(c) = self.controller.take() {
+            c.await.unwrap().unwrap();
+        }
+        self.cluster.cleanup().await;
+    }
+}
+
+fn network_unavailable(node: &Node) -> Option<NodeCondition> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "NetworkUnavailable")
+        .cloned()
+}
+
+fn name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap()
+}
+
+async fn failed_create_events(client: Client, node: &str) -> Vec<Event> {
+    let events: Api<Event> = Api::namespaced(client, "default");
+    events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+                && e.reason.as_deref() == Some("FailedToCreateRoute")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn new_node_gets_its_route_and_route_created_condition() {
+    let h = Harness::start(FakeCloud::default(), test_config(&cidr(101))).await;
+    let node = h.node("single", &["10.101.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.101.1.0/24"]).await;
+
+    let route = &h.routes_of(&n)[0];
+    let addresses = node.status.as_ref().unwrap().addresses.clone().unwrap();
+    assert_eq!(route.target_node_addresses, addresses);
+    let log = h.fake.call_log();
+    assert!(
+        format!("{log:?}").contains(node.metadata.uid.as_deref().unwrap()),
+        "the name hint is the Node's UID: {log:?}"
+    );
+
+    let updated = h.wait_condition(&n, "False", "RouteCreated").await;
+    let c = network_unavailable(&updated).unwrap();
+    assert_eq!(c.message.as_deref(), Some("RouteController created a route"));
+    assert!(c.last_transition_time.is_some());
+    assert!(c.last_heartbeat_time.is_some());
+    // The kubelet's Ready condition is untouched.
+    let conditions = updated.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True"),
+        "{conditions:?}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn dual_stack_node_gets_one_route_per_family() {
+    let h = Harness::start(
+        FakeCloud::default(),
+        test_config(&format!("{},fd00:102::/56", cidr(102))),
+    )
+    .await;
+    let node = h.node("dual", &["10.102.1.0/24", "fd00:102:0:1::/64"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.102.1.0/24", "fd00:102:0:1::/64"]).await;
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    assert_eq!(h.fake.call_count("create_route"), 2);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn node_joining_gets_its_route_without_waiting_for_the_periodic_reconcile() {
+    // The period is an hour: only the watch can produce the route within the wait.
+    let h = Harness::start(FakeCloud::default(), test_config(&cidr(103))).await;
+    // Let the initial reconcile (empty) happen first, so the Node arrives afterwards.
+    assert!(eventually(WAIT, || async { h.fake.call_count("list_routes") >= 1 }).await);
+    let node = h.node("joiner", &["10.103.7.0/24"]).await;
+    h.wait_routes(&name(&node), &["10.103.7.0/24"]).await;
+    h.wait_condition(&name(&node), "False", "RouteCreated").await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn routes_of_removed_nodes_are_deleted() {
+    let h = Harness::start(FakeCloud::default(), test_config(&cidr(104))).await;
+    let keep = h.node("keep", &["10.104.1.0/24"]).await;
+    let gone = h.node("gone", &["10.104.2.0/24"]).await;
+    h.wait_routes(&name(&keep), &["10.104.1.0/24"]).await;
+    h.wait_routes(&name(&gone), &["10.104.2.0/24"]).await;
+
+    h.nodes()
+        .delete(&name(&gone), &Default::default())
+        .await
+        .unwrap();
+    h.wait_routes(&name(&gone), &[]).await;
+    assert_eq!(h.routes_of(&name(&keep)).len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn stale_and_blackhole_routes_are_removed_and_outside_routes_left_alone() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(105))).await;
+    let node = h.node("bh", &["10.105.1.0/24"]).await;
+    let n = name(&node);
+    let seeded = |name: &str, target: &str, cidr: &str, blackhole: bool| Route {
+        name: name.into(),
+        target_node: target.into(),
+        destination_cidr: cidr.into(),
+        blackhole,
+        ..Route::default()
+    };
+    // Seeded while the controller runs: the periodic reconcile is an hour away, so trigger a
+    // reconcile with a relevant Node change (another Node joining) afterwards.
+    fake.insert_route(seeded("stale", "no-such-node", "10.105.9.0/24", false));
+    fake.insert_route(seeded("untargeted", "", "10.105.10.0/24", false));
+    fake.insert_route(seeded("outside", "no-such-node", "172.31.5.0/24", false));
+    fake.insert_route(seeded("outside-bh", "", "172.31.6.0/24", true));
+    h.wait_routes(&n, &["10.105.1.0/24"]).await;
+    // Turn the node's route into a blackhole (its instance was replaced).
+    let mut bh = h.routes_of(&n).remove(0);
+    h.fake.reset_calls();
+    bh.blackhole = true;
+    // Replace the route: FakeCloud keeps what insert_route gives it.
+    h.fake.insert_route(bh.clone());
+    let _trigger = h.node("trigger", &["10.105.2.0/24"]).await;
+
+    let ok = eventually(WAIT, || async {
+        let routes = fake.routes();
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        !names.contains(&"stale")
+            && !names.contains(&"untargeted")
+            && names.contains(&"outside")
+            && names.contains(&"outside-bh")
+            && routes
+                .iter()
+                .any(|r| r.target_node == n && !r.blackhole && r.destination_cidr == "10.105.1.0/24")
+            && !routes.iter().any(|r| r.target_node == n && r.blackhole)
+    })
+    .await;
+    assert!(ok, "routes: {:?}", fake.routes());
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn node_with_routes_but_no_pod_cidrs_gets_no_route_created_and_loses_them() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(106))).await;
+    // Node "plain" has neither pod CIDRs nor routes: it gets no condition.
+    let plain = h.node("plain", &[]).await;
+    let orphan = h.node("orphan", &[]).await;
+    fake.insert_route(Route {
+        name: "old".into(),
+        target_node: name(&orphan),
+        destination_cidr: "10.106.3.0/24".into(),
+        ..Route::default()
+    });
+    // A relevant change makes the controller look again.
+    let other = h.node("other", &["10.106.4.0/24"]).await;
+    h.wait_routes(&name(&other), &["10.106.4.0/24"]).await;
+    let n = h.wait_condition(&name(&orphan), "True", "NoRouteCreated").await;
+    assert_eq!(
+        network_unavailable(&n).unwrap().message.as_deref(),
+        Some("RouteController failed to create a route")
+    );
+    h.wait_routes(&name(&orphan), &[]).await;
+    let plain = h.nodes().get(&name(&plain)).await.unwrap();
+    assert!(network_unavailable(&plain).is_none());
+    h.stop().await;
+}
+
+async fn set_addresses(h: &Harness, node: &str, addresses: Vec<NodeAddress>) {
+    let patch = serde_json::json!({ "status": { "addresses": addresses } });
+    h.nodes()
+        .patch_status(node, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn address_change_recreates_the_route_when_the_provider_tracks_addresses() {
+    let fake = FakeCloud::new(FakeCloudConfig {
+        track_node_addresses: true,
+        ..FakeCloudConfig::default()
+    });
+    let h = Harness::start(fake.clone(), test_config(&cidr(107))).await;
+    let node = h.node("moving", &["10.107.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.107.1.0/24"]).await;
+    assert!(h.routes_of(&n)[0].enable_node_addresses);
+    fake.reset_calls();
+
+    let new_addresses = vec![
+        NodeAddress {
+            type_: "InternalIP".into(),
+            address: "192.0.2.77".into(),
+        },
+        NodeAddress {
+            type_: "Hostname".into(),
+            address: n.clone(),
+        },
+    ];
+    set_addresses(&h, &n, new_addresses.clone()).await;
+    let ok = eventually(WAIT, || async {
+        h.routes_of(&n)
+            .first()
+            .is_some_and(|r| r.target_node_addresses == new_addresses)
+    })
+    .await;
+    assert!(ok, "routes: {:?}", fake.routes());
+    assert_eq!(h.routes_of(&n).len(), 1);
+    assert!(fake.call_count("delete_route") >= 1);
+    assert!(fake.call_count("create_route") >= 1);
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn address_change_is_ignored_when_the_provider_does_not_track_addresses() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(108))).await;
+    let node = h.node("still", &["10.108.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.108.1.0/24"]).await;
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    fake.reset_calls();
+    set_addresses(
+        &h,
+        &n,
+        vec![NodeAddress {
+            type_: "InternalIP".into(),
+            address: "192.0.2.78".into(),
+        }],
+    )
+    .await;
+    // The change triggers a reconcile (one list), which changes nothing.
+    assert!(eventually(WAIT, || async { fake.call_count("list_routes") >= 1 }).await);
+    // Let the reconcile finish its work, if any.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.call_count("delete_route"), 0);
+    assert_eq!(fake.call_count("create_route"), 0);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn failed_create_emits_an_event_sets_no_route_created_and_is_retried_until_it_succeeds() {
+    let fake = FakeCloud::default();
+    fake.inject("create_route", Fault::FailNext(1_000));
+    let h = Harness::start(fake.clone(), test_config(&cidr(109))).await;
+    let node = h.node("flaky", &["10.109.1.0/24"]).await;
+    let n = name(&node);
+
+    let n2 = h.wait_condition(&n, "True", "NoRouteCreated").await;
+    assert_eq!(
+        network_unavailable(&n2).unwrap().message.as_deref(),
+        Some("RouteController failed to create a route")
+    );
+    let client = h.cluster.client();
+    assert!(
+        eventually(WAIT, || async {
+            !failed_create_events(client.clone(), &n).await.is_empty()
+        })
+        .await
+    );
+    let events = failed_create_events(client.clone(), &n).await;
+    let e = &events[0];
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    let note = e.note.clone().unwrap_or_default();
+    let uid = node.metadata.uid.clone().unwrap();
+    assert!(
+        note.starts_with(&format!(
+            "Could not create route {uid} 10.109.1.0/24 for node {n} after "
+        )),
+        "{note}"
+    );
+    // Retried per route with backoff, without the (hour-long) periodic reconcile.
+    assert!(eventually(WAIT, || async { fake.call_count("create_route") >= 3 }).await);
+    assert_eq!(fake.call_count("list_routes"), 1);
+    assert!(h.routes_of(&n).is_empty());
+
+    // The cloud recovers: the next retry creates the route and the condition flips.
+    fake.clear_faults();
+    h.wait_routes(&n, &["10.109.1.0/24"]).await;
+    let n3 = h.wait_condition(&n, "False", "RouteCreated").await;
+    let before = network_unavailable(&n2).unwrap().last_transition_time;
+    let after = network_unavailable(&n3).unwrap().last_transition_time;
+    assert!(after >= before);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_create_does_not_fail_the_rest_of_the_reconcile() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(110))).await;
+    assert!(eventually(WAIT, || async { fake.call_count("list_routes") >= 1 }).await);
+    // One of the next two creates fails.
+    fake.inject("create_route", Fault::FailNext(1));
+    let a = h.node("a", &["10.110.1.0/24"]).await;
+    let b = h.node("b", &["10.110.2.0/24"]).await;
+    h.wait_routes(&name(&a), &["10.110.1.0/24"]).await;
+    h.wait_routes(&name(&b), &["10.110.2.0/24"]).await;
+    h.wait_condition(&name(&a), "False", "RouteCreated").await;
+    h.wait_condition(&name(&b), "False", "RouteCreated").await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn retry_from_the_provider_is_honoured_without_a_failure_event() {
+    let fake = FakeCloud::default();
+    fake.inject(
+        "create_route",
+        Fault::Retry {
+            after: Duration::from_millis(300),
+            count: 1,
+        },
+    );
+    let h = Harness::start(fake.clone(), test_config(&cidr(111))).await;
+    let node = h.node("patient", &["10.111.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.111.1.0/24"]).await;
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    assert!(failed_create_events(h.cluster.client(), &n).await.is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn steady_state_costs_one_list_routes_per_period_and_ignores_unrelated_node_changes() {
+    let fake = FakeCloud::default();
+    let mut config = test_config(&cidr(112));
+    config.reconciliation_period = Duration::from_millis(400);
+    let h = Harness::start(fake.clone(), config).await;
+    let node = h.node("steady", &["10.112.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.112.1.0/24"]).await;
+    h.wait_condition(&n, "False", "RouteCreated").await;
+
+    fake.reset_calls();
+    let started = Instant::now();
+    // Unrelated Node changes (labels) must not cause reconciles.
+    for i in 0..5 {
+        let patch = serde_json::json!({ "metadata": { "labels": { "steady": i.to_string() } } });
+        h.nodes()
+            .patch(&n, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let elapsed = started.elapsed();
+    let lists = fake.call_count("list_routes");
+    // Upper bound only (a loaded machine may run fewer): one per period, plus the one that may
+    // already have been due when counting started.
+    let max = (elapsed.as_millis() / 400) as usize + 1;
+    assert!(lists >= 1, "the periodic reconcile runs");
+    assert!(lists <= max, "{lists} list_routes in {elapsed:?}, at most {max} expected");
+    let others: Vec<(String, usize)> = fake
+        .call_counts()
+        .into_iter()
+        .filter(|(op, n)| op != "list_routes" && *n > 0)
+        .collect();
+    assert!(others.is_empty(), "only list_routes in steady state: {others:?}");
+
+    let metrics = h.ctx.metrics.encode().unwrap();
+    assert!(
+        metrics.contains("route_controller_route_sync_total"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("route_controller_route_sync_duration_seconds_bucket"),
+        "{metrics}"
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn with_an_hour_period_an_idle_cluster_costs_no_cloud_calls() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(113))).await;
+    let node = h.node("idle", &["10.113.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.113.1.0/24"]).await;
+    h.wait_condition(&n, "False", "RouteCreated").await;
+    fake.reset_calls();
+    for i in 0..5 {
+        let patch = serde_json::json!({ "metadata": { "labels": { "idle": i.to_string() } } });
+        h.nodes()
+            .patch(&n, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(fake.call_counts().values().sum::<usize>(), 0, "{:?}", fake.call_counts());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn startup_fails_without_a_cluster_cidr_naming_both_flags() {
+    let cluster = TestCluster::start().await;
+    let fake = FakeCloud::default();
+    let (ctx, _tasks) = ControllerContext::standalone(cluster.client(), fake.provider(), "kubernetes");
+    let err = route::run(ctx.clone(), RouteConfig::default())
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
+    assert!(msg.contains("--cluster-cidr"), "{msg}");
+    assert!(msg.contains("--configure-cloud-routes=false"), "{msg}");
+    assert_eq!(fake.call_counts().values().sum::<usize>(), 0);
+
+    // An invalid value (two IPv4 CIDRs) is refused too, by the parser the runtime uses.
+    let e = route::parse_cluster_cidrs("10.0.0.0/16,10.1.0.0/16").unwrap_err();
+    assert!(e.contains("one IPv4 and one IPv6"), "{e}");
+    ctx.shutdown.cancel();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn startup_fails_when_the_provider_has_no_routes() {
+    struct NoRoutes;
+    impl CloudProvider for NoRoutes {
+        fn provider_name(&self) -> &str {
+            "no-routes"
+        }
+    }
+    let cluster = TestCluster::start().await;
+    let (ctx, _tasks) =
+        ControllerContext::standalone(cluster.client(), Arc::new(NoRoutes), "kubernetes");
+    let err = route::run(ctx.clone(), test_config("10.114.0.0/16"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControllerError::MissingCapability {
+                capability: "routes",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    ctx.shutdown.cancel();
+    cluster.cleanup().await;
+}
