@@ -1,3 +1,4 @@
 //! placeholder
 
+pub mod conformance;
 pub mod fake_cloud;
