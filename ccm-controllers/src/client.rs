@@ -223,12 +223,9 @@ impl RequestMetricsLayer {
         let requests = Family::<RequestLabels, Counter>::default();
         let durations = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
             // client-go's buckets.
-            Histogram::new(
-                [
-                    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
-                ]
-                .into_iter(),
-            )
+            Histogram::new([
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ])
         });
         metrics.register(
             "rest_client_requests",
