@@ -346,6 +346,8 @@ where
     fn command(&self) -> Result<Command, String> {
         let mut cmd = Command::new("cloud-controller-manager")
             .version(self.version)
+            // pflag: a repeated flag overrides the earlier value.
+            .args_override_self(true)
             .about("The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.");
         cmd = Options::augment_args(cmd);
         cmd = V::augment_args(cmd);
@@ -938,9 +940,9 @@ pub fn parse_flags<V>(args: &[&str]) -> Result<(Options, V), clap::Error>
 where
     V: Args + FromArgMatches,
 {
-    let cmd = V::augment_args(Options::augment_args(Command::new(
-        "cloud-controller-manager",
-    )));
+    let cmd = V::augment_args(Options::augment_args(
+        Command::new("cloud-controller-manager").args_override_self(true),
+    ));
     let matches = cmd.try_get_matches_from(args)?;
     Ok((
         Options::from_arg_matches(&matches)?,
