@@ -129,9 +129,27 @@ impl ControllerEntry {
     }
 }
 
-/// No vendor flags.
-#[derive(Args, Clone, Copy, Debug, Default)]
-pub struct NoArgs {}
+/// No vendor flags (the default of [`Builder`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoArgs;
+
+impl FromArgMatches for NoArgs {
+    fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
+        Ok(NoArgs)
+    }
+    fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+impl Args for NoArgs {
+    fn augment_args(cmd: Command) -> Command {
+        cmd
+    }
+    fn augment_args_for_update(cmd: Command) -> Command {
+        cmd
+    }
+}
 
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -344,13 +362,14 @@ where
     }
 
     fn command(&self) -> Result<Command, String> {
-        let mut cmd = Command::new("cloud-controller-manager")
-            .version(self.version)
-            // pflag: a repeated flag overrides the earlier value.
-            .args_override_self(true)
-            .about("The Cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.");
-        cmd = Options::augment_args(cmd);
-        cmd = V::augment_args(cmd);
+        let mut cmd = V::augment_args(Options::augment_args(Command::new(
+            "cloud-controller-manager",
+        )))
+        .version(self.version)
+        .about("The cloud controller manager is a daemon that embeds the cloud specific control loops shipped with Kubernetes.")
+        .long_about(None)
+        // pflag: a repeated flag overrides the earlier value.
+        .args_override_self(true);
         let mut defaults = self.defaults.clone();
         if let Some(p) = &self.provider {
             defaults.insert(
