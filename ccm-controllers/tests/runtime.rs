@@ -231,13 +231,12 @@ async fn run_and_stop(args: &[&str], builder: Builder) -> i32 {
     logs();
     let mut all = vec!["cloud-controller-manager".to_owned()];
     all.extend(args.iter().map(|s| (*s).to_owned()));
-    let code = tokio::time::timeout(
+    tokio::time::timeout(
         Duration::from_secs(30),
         builder.args(all).shutdown_signal(async {}).run_async(),
     )
     .await
-    .expect("the runtime stops");
-    code
+    .expect("the runtime stops")
 }
 
 const NO_SERVING: &str = "--secure-port=0";
@@ -477,8 +476,10 @@ fn assert_openmetrics(text: &str) {
             "bad value in {line:?}"
         );
         let name = series.split('{').next().unwrap();
-        if let Some(labels) = series.strip_prefix(name) {
-            if !labels.is_empty() {
+        if let Some(labels) = series.strip_prefix(name)
+            && !labels.is_empty()
+        {
+            {
                 assert!(
                     labels.starts_with('{') && labels.ends_with('}'),
                     "bad labels {line:?}"
