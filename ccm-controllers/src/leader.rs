@@ -19,9 +19,9 @@ use std::time::Duration;
 use kube::Client;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseParams};
 use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::options::{LeaderElectionArgs, ceil_secs};
 
@@ -142,7 +142,8 @@ pub(crate) struct Held {
     /// Resolves when the lease is lost (with the reason).
     pub(crate) lost: oneshot::Receiver<String>,
     release: CancellationToken,
-    task: JoinHandle<()>,
+    /// Dropping `Held` (e.g. the runtime's future is dropped) stops renewing without releasing.
+    task: AbortOnDropHandle<()>,
 }
 
 impl Held {
@@ -163,7 +164,7 @@ pub(crate) fn hold(manager: LeaseManager, config: &ElectionConfig) -> Held {
     let stop = release.clone();
     let renew_deadline = config.renew_deadline;
     let retry_period = config.retry_period;
-    let task = tokio::spawn(async move {
+    let task = AbortOnDropHandle::new(tokio::spawn(async move {
         let mut failing_since: Option<Instant> = None;
         loop {
             let call_started = Instant::now();
@@ -204,7 +205,7 @@ pub(crate) fn hold(manager: LeaseManager, config: &ElectionConfig) -> Held {
                 },
             }
         }
-    });
+    }));
     Held {
         lost,
         release,

@@ -32,6 +32,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::budget::{BudgetConfig, BudgetedProvider};
 use crate::context::{ContextParams, ControllerContext};
@@ -558,11 +559,11 @@ where
             }
             let router = serving::router(health.clone(), metrics.clone());
             let stop = serve_stop.clone();
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 if let Err(e) = serving::serve(listener, router, stop).await {
                     tracing::error!("serving health and metrics failed: {e}");
                 }
-            })
+            }))
         });
 
         // 8. Shutdown signal.
@@ -573,7 +574,7 @@ where
             .unwrap_or_else(|| Box::pin(os_signal()));
         let signal_task = {
             let shutdown = shutdown.clone();
-            tokio::spawn(async move {
+            AbortOnDropHandle::new(tokio::spawn(async move {
                 tokio::select! {
                     () = signal => {
                         tracing::info!("shutdown requested: finishing in-flight work");
@@ -581,7 +582,7 @@ where
                     }
                     () = shutdown.cancelled() => {}
                 }
-            })
+            }))
         };
 
         // 9. Leader election, then the controllers.
