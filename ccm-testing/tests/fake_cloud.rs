@@ -984,3 +984,24 @@ async fn registry_factory_builds_a_working_provider() {
         .unwrap();
     assert_eq!(meta.zone, "reg-z");
 }
+
+#[tokio::test]
+async fn initialize_is_counted_and_can_be_faulted() {
+    let cloud = FakeCloud::default();
+    let ctx =
+        || ccm_core::InitContext::new(None::<()>, ccm_core::CancellationToken::new(), "kubernetes");
+    cloud.initialize(ctx()).await.unwrap();
+    cloud.inject("initialize", Fault::FailNext(1));
+    assert!(cloud.initialize(ctx()).await.is_err());
+    assert_eq!(cloud.call_count("initialize"), 2);
+    // An unknown operation name never fires (and is logged).
+    cloud.inject("instance_metadatas", Fault::NotImplemented);
+    assert!(
+        cloud
+            .instances_v2()
+            .unwrap()
+            .instance_metadata(&node("n"))
+            .await
+            .is_ok()
+    );
+}

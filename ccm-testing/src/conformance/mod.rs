@@ -92,7 +92,8 @@ pub struct ConformanceInput {
     /// a load balancer for. It must not have a load balancer when the suite starts.
     pub service: Option<Service>,
     /// A CIDR the suite may create routes in (e.g. an unused `/24` of the cluster CIDR). The
-    /// round-trip checks use it whole; the concurrency check splits it.
+    /// round-trip checks use it whole; the concurrency check splits it. It must be unused: a
+    /// check finding a route in it fails, and cleanup deletes every route inside it.
     pub route_cidr: Option<String>,
     /// Reports the backend hosts the cloud holds for a Service's load balancer, so the
     /// `update_load_balancer` check can verify the hosts really changed. Without it, that check

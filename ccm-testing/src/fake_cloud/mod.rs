@@ -422,6 +422,10 @@ impl FakeCloud {
     }
 
     /// The route table, in route-name order, with `enable_node_addresses` as stored.
+    ///
+    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`] (the
+    /// capability); reach that one with `CloudProvider::routes(&cloud)` or
+    /// `cloud.provider().routes()`.
     pub fn routes(&self) -> Vec<Route> {
         self.lock()
             .routes
