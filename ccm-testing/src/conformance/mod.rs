@@ -52,8 +52,11 @@
 //! What the suite creates (a load balancer for the given Service, routes inside the given CIDR)
 //! it deletes again at the end of each check; cleanup failures are noted in the check's result.
 //!
+//! The suite runs inside a Tokio runtime (`#[tokio::test]`, single- or multi-threaded); the
+//! concurrency check spawns tasks on it. Checks run one after the other.
+//!
 //! Every provider call is made under a time limit ([`ConformanceInput::call_timeout`]), a
-//! [`CloudError::Retry`](ccm_core::CloudError::Retry) answer is honoured (the call is repeated
+//! [`CloudError::Retry`] answer is honoured (the call is repeated
 //! after the requested delay, up to [`ConformanceInput::retry_budget`]), and a panicking provider
 //! fails the check instead of aborting the suite.
 
