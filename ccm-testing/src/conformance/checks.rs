@@ -1331,6 +1331,82 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
         }
     }
 
+    if let (Some(v1), Ok(nodes)) = (ctx.v1(), ctx.nodes()) {
+        exercised = true;
+        let node = &nodes[0];
+        let name = name_of(node);
+        let pid = ctx.provider_id_of(node).await.unwrap_or_default();
+        let answers = || async {
+            (
+                ctx.call("instance_id", || v1.instance_id(&name)).await.ok(),
+                ctx.call("node_addresses", || v1.node_addresses(&name))
+                    .await
+                    .ok(),
+                ctx.call("instance_type", || v1.instance_type(&name))
+                    .await
+                    .ok(),
+            )
+        };
+        let before = answers().await;
+        for after in delays {
+            cancel_after(
+                after,
+                "a cancelled node_addresses",
+                v1.node_addresses(&name),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled node_addresses_by_provider_id",
+                v1.node_addresses_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(after, "a cancelled instance_id", v1.instance_id(&name)).await?;
+            cancel_after(after, "a cancelled instance_type", v1.instance_type(&name)).await?;
+            cancel_after(
+                after,
+                "a cancelled instance_type_by_provider_id",
+                v1.instance_type_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled instance_exists_by_provider_id",
+                v1.instance_exists_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled instance_shutdown_by_provider_id",
+                v1.instance_shutdown_by_provider_id(&pid),
+            )
+            .await?;
+            if let Some(zones) = ctx.provider().zones() {
+                cancel_after(
+                    after,
+                    "a cancelled get_zone_by_provider_id",
+                    zones.get_zone_by_provider_id(&pid),
+                )
+                .await?;
+                cancel_after(
+                    after,
+                    "a cancelled get_zone_by_node_name",
+                    zones.get_zone_by_node_name(&name),
+                )
+                .await?;
+            }
+            let again = answers().await;
+            if again != before {
+                return Err(fail(
+                    format!(
+                        "instance_id, node_addresses and instance_type of node {name:?} after cancelled legacy calls to answer as before: {before:?}"
+                    ),
+                    format!("{again:?}"),
+                ));
+            }
+        }
+    }
+
     if let (Ok((lb, svc)), Ok(hosts)) = (ctx.lb(), ctx.nodes()) {
         exercised = true;
         let cluster = ctx.cluster();
@@ -1361,6 +1437,47 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
             ctx.ensure(hosts).await?;
             cancel_after(
                 after,
+                "a cancelled get_load_balancer",
+                lb.get_load_balancer(cluster, svc),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled update_load_balancer",
+                lb.update_load_balancer(cluster, svc, &hosts[..1]),
+            )
+            .await?;
+            ctx.call("update_load_balancer", || {
+                lb.update_load_balancer(cluster, svc, hosts)
+            })
+            .await
+            .or_else(|e| {
+                if e.is_implemented_elsewhere() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| {
+                fail(
+                    format!(
+                        "update_load_balancer of {} after a cancelled update to succeed",
+                        service_ref(svc)
+                    ),
+                    describe(&e),
+                )
+            })?;
+            if ctx.get_lb().await?.is_none() {
+                return Err(fail(
+                    format!(
+                        "get_load_balancer of {} to report it after a cancelled then a completed update_load_balancer",
+                        service_ref(svc)
+                    ),
+                    "None",
+                ));
+            }
+            cancel_after(
+                after,
                 "a cancelled ensure_load_balancer_deleted",
                 lb.ensure_load_balancer_deleted(cluster, svc),
             )
@@ -1389,6 +1506,12 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
         let hint = Ctx::name_hint(node, "");
         for after in delays {
             ctx.routes_touched = true;
+            cancel_after(
+                after,
+                "a cancelled list_routes",
+                routes.list_routes(cluster),
+            )
+            .await?;
             cancel_after(
                 after,
                 "a cancelled create_route",
