@@ -660,6 +660,9 @@ async fn fail_with_probability_is_seeded_and_reproducible() {
     );
     assert!(probability_pattern(1, 0.0).await.iter().all(|f| !f));
     assert!(probability_pattern(1, 1.0).await.iter().all(|f| *f));
+    // Out-of-range probabilities given to inject() are clamped, never a panic.
+    assert!(probability_pattern(1, f64::NAN).await.iter().all(|f| !f));
+    assert!(probability_pattern(1, 7.0).await.iter().all(|f| *f));
 }
 
 #[tokio::test]

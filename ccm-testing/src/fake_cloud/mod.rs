@@ -271,7 +271,8 @@ fn arm(fault: Fault) -> ArmedFault {
     match fault {
         Fault::FailNext(n) => ArmedFault::FailNext(n),
         Fault::FailWithProbability { p, seed } => ArmedFault::Probability {
-            p: p.clamp(0.0, 1.0),
+            // Out-of-range values are clamped (NaN never fails) rather than panicking in rand.
+            p: if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) },
             rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
         },
         Fault::Retry { after, count } => ArmedFault::Retry { after, left: count },
