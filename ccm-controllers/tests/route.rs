@@ -787,3 +787,51 @@ async fn a_conflicting_condition_write_is_retried_on_a_fresh_read() {
     assert!(gets >= 2, "{gets}");
     h.stop().await;
 }
+
+#[tokio::test]
+async fn a_failed_or_retried_list_requeues_the_reconcile_without_waiting_for_the_period() {
+    for fault in [
+        Fault::FailNext(1),
+        Fault::Retry {
+            after: Duration::from_millis(300),
+            count: 1,
+        },
+    ] {
+        let fake = FakeCloud::default();
+        let h = Harness::start(fake.clone(), test_config(&cidr(119))).await;
+        assert!(eventually(WAIT, || async { fake.call_count("list_routes") >= 1 }).await);
+        h.settle().await;
+        fake.reset_calls();
+        // The reconcile the Node's arrival triggers fails to list; only its requeue (the
+        // period is an hour) can create the route.
+        fake.inject("list_routes", fault.clone());
+        let node = h.node("relist", &["10.119.1.0/24"]).await;
+        h.wait_routes(&name(&node), &["10.119.1.0/24"]).await;
+        assert!(
+            fake.call_count("list_routes") >= 2,
+            "{fault:?}: {:?}",
+            fake.call_counts()
+        );
+        h.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_delete_is_retried_with_backoff() {
+    let fake = FakeCloud::default();
+    let h = Harness::start(fake.clone(), test_config(&cidr(120))).await;
+    let node = h.node("undeletable", &["10.120.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.120.1.0/24"]).await;
+    h.settle().await;
+    fake.inject("delete_route", Fault::FailNext(2));
+    h.nodes().delete(&n, &Default::default()).await.unwrap();
+    h.wait_routes(&n, &[]).await;
+    assert_eq!(
+        fake.call_count("delete_route"),
+        3,
+        "{:?}",
+        fake.call_counts()
+    );
+    h.stop().await;
+}
