@@ -15,6 +15,7 @@ mod error;
 pub mod events;
 pub mod informer;
 pub mod metrics;
+pub mod secure_serving;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
