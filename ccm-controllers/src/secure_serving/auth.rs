@@ -272,12 +272,11 @@ impl DelegatedAuth {
         let pp = PostParams::default();
         let answer = with_retry(|| api.create(&pp, &review)).await?;
         let status = answer.status.ok_or(ReviewError::NoStatus)?;
-        let mut reason = status.reason.unwrap_or_default();
-        if let Some(e) = status.evaluation_error.filter(|e| !e.is_empty()) {
-            if reason.is_empty() {
-                reason = e;
-            }
-        }
+        let reason = status
+            .reason
+            .filter(|r| !r.is_empty())
+            .or(status.evaluation_error)
+            .unwrap_or_default();
         Ok(Decision {
             allowed: status.allowed && status.denied != Some(true),
             reason,

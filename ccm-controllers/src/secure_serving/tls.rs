@@ -30,13 +30,12 @@ pub(crate) fn provider(args: &SecureServingArgs) -> CryptoProvider {
     let mut provider = rustls::crypto::ring::default_provider();
     if !args.tls_cipher_suites.is_empty() {
         // As in Go, the list restricts TLS 1.0–1.2 only; TLS 1.3 suites stay enabled.
-        let mut suites: Vec<rustls::SupportedCipherSuite> = args
-            .tls_cipher_suites
-            .iter()
-            .filter(|s| !s.is_tls13())
-            .map(|s| s.suite())
-            .collect();
-        suites.dedup_by_key(|s| s.suite());
+        let mut suites: Vec<rustls::SupportedCipherSuite> = Vec::new();
+        for wanted in args.tls_cipher_suites.iter().filter(|s| !s.is_tls13()) {
+            if !suites.iter().any(|s| s.suite() == wanted.suite().suite()) {
+                suites.push(wanted.suite());
+            }
+        }
         suites.extend(
             provider
                 .cipher_suites
