@@ -41,9 +41,9 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
-pub mod secure_serving;
 pub mod options;
 pub mod runtime;
+pub mod secure_serving;
 pub mod serving;
 pub mod workqueue;
 
