@@ -32,6 +32,17 @@ struct MockState {
     access_reviews: AtomicUsize,
     fail_access_reviews: AtomicBool,
     last_access_review: Mutex<Option<Value>>,
+    configmap_gets: AtomicUsize,
+    /// What GET configmap kube-system/extension-apiserver-authentication answers.
+    auth_configmap: Mutex<AuthConfigMap>,
+}
+
+#[derive(Default, Clone)]
+enum AuthConfigMap {
+    #[default]
+    Missing,
+    Forbidden,
+    ClientCa(String),
 }
 
 struct MockApi {
@@ -51,6 +62,10 @@ impl MockApi {
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 post(access_review),
             )
+            .route(
+                "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+                get(auth_configmap),
+            )
             .with_state(state.clone());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -68,6 +83,52 @@ impl MockApi {
 
     fn access_reviews(&self) -> usize {
         self.state.access_reviews.load(Ordering::SeqCst)
+    }
+
+    fn configmap_gets(&self) -> usize {
+        self.state.configmap_gets.load(Ordering::SeqCst)
+    }
+
+    fn set_auth_configmap(&self, cm: AuthConfigMap) {
+        *self.state.auth_configmap.lock().unwrap() = cm;
+    }
+}
+
+async fn auth_configmap(State(s): State<Arc<MockState>>) -> (StatusCode, Json<Value>) {
+    s.configmap_gets.fetch_add(1, Ordering::SeqCst);
+    let status = |code: u16, reason: &str, message: &str| {
+        Json(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}),
+        )
+    };
+    let cm = s.auth_configmap.lock().unwrap().clone();
+    match cm {
+        AuthConfigMap::Missing => (
+            StatusCode::NOT_FOUND,
+            status(
+                404,
+                "NotFound",
+                "configmaps \"extension-apiserver-authentication\" not found",
+            ),
+        ),
+        AuthConfigMap::Forbidden => (
+            StatusCode::FORBIDDEN,
+            status(
+                403,
+                "Forbidden",
+                "configmaps \"extension-apiserver-authentication\" is forbidden",
+            ),
+        ),
+        AuthConfigMap::ClientCa(pem) => (
+            StatusCode::OK,
+            Json(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "extension-apiserver-authentication", "namespace": "kube-system"},
+                "data": {"client-ca-file": pem},
+            })),
+        ),
     }
 }
 
@@ -408,7 +469,12 @@ async fn default_always_allowed_paths_are_the_probes() {
 async fn token_review_unreachable_refuses_with_401() {
     let api = MockApi::start().await;
     let down = unreachable_url().await;
-    let srv = start(SecureServingArgs::default(), client_for(&down)).await;
+    let args = SecureServingArgs {
+        // The client-CA lookup would fail (and refuse to start) with this client.
+        authentication_skip_lookup: true,
+        ..SecureServingArgs::default()
+    };
+    let srv = start(args, client_for(&down)).await;
     let (status, _) = get_with(&srv.url("/metrics"), Some("alice-token")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     // The failure is not cached as a verdict, and probes keep working.
@@ -872,4 +938,205 @@ async fn serve_binds_the_configured_address_and_stops_on_shutdown() {
             .is_err(),
         "nothing listens after shutdown"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client certificates
+// ---------------------------------------------------------------------------------------------
+
+struct Ca {
+    params: rcgen::CertificateParams,
+    key: rcgen::KeyPair,
+    pem: String,
+}
+
+fn new_ca(name: &str) -> Ca {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let pem = params.self_signed(&key).unwrap().pem();
+    Ca { params, key, pem }
+}
+
+fn client_identity(ca: &Ca, cn: &str, org: &str) -> reqwest::Identity {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, org);
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca.params, &ca.key);
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let pem = format!("{}{}", cert.pem(), key.serialize_pem());
+    reqwest::Identity::from_pem(pem.as_bytes()).unwrap()
+}
+
+async fn get_as(url: &str, identity: reqwest::Identity) -> Result<StatusCode, reqwest::Error> {
+    let client = https_builder().identity(identity).build().unwrap();
+    Ok(client.get(url).send().await?.status())
+}
+
+#[tokio::test]
+async fn client_certificate_signed_by_the_cluster_client_ca_authenticates() {
+    let api = MockApi::start().await;
+    let ca = new_ca("cluster-client-ca");
+    api.set_auth_configmap(AuthConfigMap::ClientCa(ca.pem.clone()));
+    let srv = start(SecureServingArgs::default(), api.client()).await;
+    assert_eq!(
+        api.configmap_gets(),
+        1,
+        "the client CA is looked up at start"
+    );
+
+    let status = get_as(
+        &srv.url("/metrics"),
+        client_identity(&ca, "alice", "team-a"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(api.token_reviews(), 0, "no TokenReview for a certificate");
+    let review = api
+        .state
+        .last_access_review
+        .lock()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(review["spec"]["user"], "alice");
+    assert_eq!(
+        review["spec"]["groups"],
+        json!(["team-a", "system:authenticated"])
+    );
+
+    // The certificate's subject is still authorised: mallory may not read /metrics.
+    let status = get_as(&srv.url("/metrics"), client_identity(&ca, "mallory", "x"))
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Without a certificate, bearer tokens keep working.
+    assert_eq!(
+        get_with(&srv.url("/metrics"), Some("alice-token")).await.0,
+        StatusCode::OK
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn client_certificate_from_another_ca_is_refused() {
+    let api = MockApi::start().await;
+    let ca = new_ca("cluster-client-ca");
+    api.set_auth_configmap(AuthConfigMap::ClientCa(ca.pem.clone()));
+    let srv = start(SecureServingArgs::default(), api.client()).await;
+    let rogue = new_ca("rogue");
+    let result = get_as(
+        &srv.url("/metrics"),
+        client_identity(&rogue, "alice", "team-a"),
+    )
+    .await;
+    assert!(result.is_err(), "handshake must fail: {result:?}");
+    assert_eq!(api.access_reviews(), 0);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn client_ca_file_flag_is_used_without_lookup() {
+    let api = MockApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = new_ca("file-ca");
+    std::fs::write(dir.path().join("ca.crt"), &ca.pem).unwrap();
+    let args = SecureServingArgs {
+        client_ca_file: Some(dir.path().join("ca.crt")),
+        ..SecureServingArgs::default()
+    };
+    let srv = start(args, api.client()).await;
+    assert_eq!(api.configmap_gets(), 0);
+    let status = get_as(
+        &srv.url("/metrics"),
+        client_identity(&ca, "alice", "team-a"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn skip_lookup_means_no_client_certificates() {
+    let api = MockApi::start().await;
+    let ca = new_ca("cluster-client-ca");
+    api.set_auth_configmap(AuthConfigMap::ClientCa(ca.pem.clone()));
+    let args = SecureServingArgs {
+        authentication_skip_lookup: true,
+        ..SecureServingArgs::default()
+    };
+    let srv = start(args, api.client()).await;
+    assert_eq!(api.configmap_gets(), 0);
+    // The server does not ask for a certificate, so the request has no credentials.
+    let status = get_as(
+        &srv.url("/metrics"),
+        client_identity(&ca, "alice", "team-a"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn missing_auth_configmap_is_fine() {
+    let api = MockApi::start().await;
+    api.set_auth_configmap(AuthConfigMap::Missing);
+    let srv = start(SecureServingArgs::default(), api.client()).await;
+    assert_eq!(api.configmap_gets(), 1);
+    assert_eq!(
+        get_with(&srv.url("/metrics"), Some("alice-token")).await.0,
+        StatusCode::OK
+    );
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn forbidden_lookup_fails_start_unless_tolerated() {
+    let api = MockApi::start().await;
+    api.set_auth_configmap(AuthConfigMap::Forbidden);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let err = serve_on(
+        listener,
+        app(),
+        &SecureServingArgs::default(),
+        api.client(),
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("extension-apiserver-authentication"), "{err}");
+    assert!(
+        err.contains("--role=extension-apiserver-authentication-reader"),
+        "the error says how to fix it: {err}"
+    );
+
+    let args = SecureServingArgs {
+        authentication_tolerate_lookup_failure: true,
+        ..SecureServingArgs::default()
+    };
+    let srv = start(args, api.client()).await;
+    assert_eq!(
+        get_with(&srv.url("/metrics"), Some("alice-token")).await.0,
+        StatusCode::OK
+    );
+    srv.stop().await;
 }

@@ -59,18 +59,22 @@ pub struct SecureServingArgs {
     #[arg(long = "authentication-kubeconfig")]
     pub authentication_kubeconfig: Option<PathBuf>,
 
-    /// Accepted for compatibility with Go. This server authenticates bearer tokens only
-    /// (TokenReview) and never looks up the client CA in
-    /// kube-system/extension-apiserver-authentication, so the flag changes nothing.
+    /// If false, the client CA for client-certificate authentication is looked up in the
+    /// ConfigMap kube-system/extension-apiserver-authentication (key `client-ca-file`) when
+    /// --client-ca-file is not given.
     #[arg(long = "authentication-skip-lookup", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub authentication_skip_lookup: bool,
 
-    /// Accepted for compatibility with Go, where it tolerates a failed lookup of the client CA
-    /// in kube-system/extension-apiserver-authentication. This server does no such lookup (see
-    /// --authentication-skip-lookup), so the flag changes nothing. A failed TokenReview always
-    /// refuses the request.
+    /// If true, failing to look up the client CA in the cluster is not fatal: the server starts
+    /// without client-certificate authentication (bearer tokens still work).
     #[arg(long = "authentication-tolerate-lookup-failure", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub authentication_tolerate_lookup_failure: bool,
+
+    /// If set, any request presenting a client certificate signed by one of the authorities in
+    /// this PEM bundle is authenticated with the certificate's CommonName as user and its
+    /// Organizations as groups.
+    #[arg(long = "client-ca-file")]
+    pub client_ca_file: Option<PathBuf>,
 
     /// The duration to cache responses from the webhook token authenticator (both
     /// authenticated and rejected tokens; review errors are never cached).
@@ -115,6 +119,7 @@ impl Default for SecureServingArgs {
             authentication_kubeconfig: None,
             authentication_skip_lookup: false,
             authentication_tolerate_lookup_failure: false,
+            client_ca_file: None,
             authentication_token_webhook_cache_ttl: Duration::from_secs(10),
             authorization_kubeconfig: None,
             authorization_always_allow_paths: vec![

@@ -28,7 +28,7 @@ use super::args::SecureServingArgs;
 /// (`DelegatingAuthorizationOptions.AlwaysAllowGroups` default).
 const ALWAYS_ALLOW_GROUP: &str = "system:masters";
 /// Added to every authenticated user, as Go's `AuthenticatedGroupAdder` does.
-const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// Go's review deadline (`TokenRequestTimeout`, authorisation `ClientTimeout`).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bounds so that a flood of random tokens cannot grow memory without limit.
@@ -47,6 +47,11 @@ pub struct UserInfo {
     /// Extra attributes.
     pub extra: BTreeMap<String, Vec<String>>,
 }
+
+/// The user of the verified client certificate of the connection a request came on; set by
+/// the accept loop, read by the authentication layer.
+#[derive(Debug, Clone)]
+pub(crate) struct ClientCertUser(pub(crate) UserInfo);
 
 /// The outcome of a SubjectAccessReview.
 #[derive(Debug, Clone)]
@@ -290,24 +295,15 @@ impl DelegatedAuth {
         method: &http::Method,
         path: &str,
         headers: &HeaderMap,
+        cert_user: Option<UserInfo>,
     ) -> Result<Option<UserInfo>, Response> {
         if self.inner.always_allow.matches(path) {
             return Ok(None);
         }
-        let Some(token) = bearer_token(headers) else {
-            tracing::debug!(path, "request without a bearer token refused");
-            return Err(unauthorized());
-        };
-        let user = match self.authenticate(token).await {
-            Ok(Some(user)) => user,
-            Ok(None) => {
-                tracing::debug!(path, "invalid bearer token");
-                return Err(unauthorized());
-            }
-            Err(e) => {
-                tracing::error!(path, error = %e, "Unable to authenticate the request");
-                return Err(unauthorized());
-            }
+        // Go's order: a verified client certificate first, then the bearer token.
+        let user = match cert_user {
+            Some(user) => user,
+            None => self.authenticate_request(path, headers).await?,
         };
         if user.groups.iter().any(|g| g == ALWAYS_ALLOW_GROUP) {
             return Ok(Some(user));
@@ -327,6 +323,30 @@ impl DelegatedAuth {
                     format!("Internal Server Error: {path:?}: authorization review failed: {e}"),
                 )
                     .into_response())
+            }
+        }
+    }
+}
+
+impl DelegatedAuth {
+    async fn authenticate_request(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Result<UserInfo, Response> {
+        let Some(token) = bearer_token(headers) else {
+            tracing::debug!(path, "request without a bearer token refused");
+            return Err(unauthorized());
+        };
+        match self.authenticate(token).await {
+            Ok(Some(user)) => Ok(user),
+            Ok(None) => {
+                tracing::debug!(path, "invalid bearer token");
+                Err(unauthorized())
+            }
+            Err(e) => {
+                tracing::error!(path, error = %e, "Unable to authenticate the request");
+                Err(unauthorized())
             }
         }
     }
@@ -450,7 +470,11 @@ where
         let auth = self.auth.clone();
         Box::pin(async move {
             let (method, path) = (req.method().clone(), req.uri().path().to_owned());
-            match auth.check(&method, &path, req.headers()).await {
+            let cert_user = req
+                .extensions()
+                .get::<ClientCertUser>()
+                .map(|c| c.0.clone());
+            match auth.check(&method, &path, req.headers(), cert_user).await {
                 Ok(user) => {
                     if let Some(user) = user {
                         req.headers_mut().remove(header::AUTHORIZATION);

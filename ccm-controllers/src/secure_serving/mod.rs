@@ -27,6 +27,7 @@
 
 mod args;
 mod auth;
+mod client_ca;
 mod tls;
 
 use std::net::SocketAddr;
@@ -34,8 +35,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -45,6 +46,7 @@ pub use args::{
     CipherSuite, SecureServingArgs, TlsVersion, parse_cipher_suite, parse_go_duration,
     parse_tls_version,
 };
+use auth::ClientCertUser;
 pub use auth::{DelegatedAuth, DelegatedAuthLayer, DelegatedAuthService, UserInfo};
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -89,6 +91,20 @@ pub enum Error {
         path: PathBuf,
         /// What failed.
         message: String,
+    },
+    /// The client CA could not be looked up in the cluster (see
+    /// `--authentication-tolerate-lookup-failure`).
+    #[error(
+        "unable to load the client CA from configmap/extension-apiserver-authentication in kube-system: {0}"
+    )]
+    ClientCaLookup(String),
+    /// The client CA bundle is not usable.
+    #[error("client CA from {source_name}: {reason}")]
+    ClientCa {
+        /// The file or ConfigMap it came from.
+        source_name: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The listening socket could not be bound.
     #[error("cannot listen on {addr}: {source}")]
@@ -169,8 +185,9 @@ pub async fn serve_on(
         &client,
     )
     .await?;
+    let client_ca = client_ca::load(args, &authn_client).await?;
     let auth = DelegatedAuth::new(args, authn_client, authz_client)?;
-    let tls = tls::server_config(args, &shutdown)?;
+    let tls = tls::server_config(args, client_ca, &shutdown)?;
     let local_addr = listener.local_addr().map_err(|source| Error::Bind {
         addr: SocketAddr::new(args.bind_address, args.secure_port),
         source,
@@ -226,7 +243,7 @@ async fn accept_loop(
             },
         };
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
+        let app = app.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
@@ -241,6 +258,20 @@ async fn accept_loop(
                     return;
                 }
             };
+            // The verified client certificate (if any) authenticates every request on this
+            // connection.
+            let cert_user = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| client_ca::user_from_cert(leaf));
+            let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+                if let Some(user) = &cert_user {
+                    req.extensions_mut().insert(ClientCertUser(user.clone()));
+                }
+                tower::ServiceExt::oneshot(app.clone(), req)
+            });
             let conn = builder.serve_connection(TokioIo::new(tls), service);
             if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(%peer, error = %e, "HTTPS connection ended with an error");

@@ -195,9 +195,16 @@ impl ResolvesServerCert for ReloadingResolver {
 /// that reloads them until `shutdown`.
 pub(crate) fn server_config(
     args: &SecureServingArgs,
+    client_ca: Option<(String, Vec<u8>)>,
     shutdown: &CancellationToken,
 ) -> Result<Arc<ServerConfig>, Error> {
     let provider = Arc::new(provider(args));
+    let client_verifier = client_ca
+        .map(|(source, pem)| {
+            tracing::info!(%source, "client certificates signed by this CA are authenticated");
+            super::client_ca::verifier(&source, &pem, provider.clone())
+        })
+        .transpose()?;
     let source = cert_source(args)?;
     let resolver = match &source {
         CertSource::SelfSigned => {
@@ -239,11 +246,14 @@ pub(crate) fn server_config(
         }
     };
     let versions = args.tls_min_version.unwrap_or(TlsVersion::Tls12).allowed();
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
-        .map_err(Error::Tls)?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .map_err(Error::Tls)?;
+    let mut config = match client_verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    }
+    .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
