@@ -6,7 +6,10 @@
 //!   logged and the last good pair kept), else the pair in `--cert-dir`, else a self-signed
 //!   certificate for `localhost`/`127.0.0.1` generated in memory. `--tls-min-version`,
 //!   `--tls-cipher-suites` with Go's names.
-//! - Authentication: `Authorization: Bearer <token>` checked with a `TokenReview`, cached for
+//! - Authentication: a client certificate signed by the client CA (`--client-ca-file`, or the
+//!   ConfigMap `kube-system/extension-apiserver-authentication` read at start-up unless
+//!   `--authentication-skip-lookup`) gives user = CommonName, groups = Organizations; otherwise
+//!   `Authorization: Bearer <token>` is checked with a `TokenReview`, cached for
 //!   `--authentication-token-webhook-cache-ttl`. Authorisation: a `SubjectAccessReview` with
 //!   `nonResourceAttributes{path, verb}` (verb = lower-cased HTTP method), cached with the
 //!   authorized / unauthorized TTLs. `--authorization-always-allow-paths` skip both.
