@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -231,7 +231,10 @@ async fn accept_loop(
     shutdown: CancellationToken,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = Arc::new(hyper::server::conn::http1::Builder::new());
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    // With a timer, hyper enforces its 30 s limit for reading request headers (slow clients).
+    builder.timer(TokioTimer::new());
+    let builder = Arc::new(builder);
     loop {
         let (tcp, peer) = tokio::select! {
             () = shutdown.cancelled() => break,
