@@ -62,12 +62,12 @@ pub struct SecureServingArgs {
     /// If false, the client CA for client-certificate authentication is looked up in the
     /// ConfigMap kube-system/extension-apiserver-authentication (key `client-ca-file`) when
     /// --client-ca-file is not given.
-    #[arg(long = "authentication-skip-lookup", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "authentication-skip-lookup", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub authentication_skip_lookup: bool,
 
     /// If true, failing to look up the client CA in the cluster is not fatal: the server starts
     /// without client-certificate authentication (bearer tokens still work).
-    #[arg(long = "authentication-tolerate-lookup-failure", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long = "authentication-tolerate-lookup-failure", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub authentication_tolerate_lookup_failure: bool,
 
     /// If set, any request presenting a client certificate signed by one of the authorities in
@@ -422,12 +422,16 @@ mod tests {
             "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_AES_128_GCM_SHA256",
             "--tls-min-version=VersionTLS13",
             "--authentication-skip-lookup",
+            "--authentication-tolerate-lookup-failure=false",
+            "--client-ca-file=/etc/ca.crt",
             "--authorization-webhook-cache-authorized-ttl=2m0s",
         ])
         .unwrap();
         assert_eq!(cli.s.tls_cipher_suites.len(), 2);
         assert_eq!(cli.s.tls_min_version, Some(TlsVersion::Tls13));
         assert!(cli.s.authentication_skip_lookup);
+        assert!(!cli.s.authentication_tolerate_lookup_failure);
+        assert_eq!(cli.s.client_ca_file, Some(PathBuf::from("/etc/ca.crt")));
         assert_eq!(
             cli.s.authorization_webhook_cache_authorized_ttl,
             Duration::from_secs(120)
