@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod options;
 pub mod route;
 pub mod runtime;
+pub mod secure_serving;
 pub mod serving;
 pub mod workqueue;
 
