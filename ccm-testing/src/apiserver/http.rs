@@ -260,7 +260,10 @@ async fn serve(
     watch: bool,
 ) -> Result<Response, ApiError> {
     let info = resources::lookup(&t.group, &t.version, &t.resource).ok_or_else(not_served)?;
-    if info.namespaced != t.namespace.is_some() && !(info.namespaced && t.name.is_none()) {
+    // Cluster-scoped resources have no namespaced paths; namespaced ones are reachable without
+    // a namespace only to list and watch across namespaces.
+    let all_namespaces_read = info.namespaced && t.name.is_none() && method == Method::GET;
+    if info.namespaced != t.namespace.is_some() && !all_namespaces_read {
         return Err(not_served());
     }
     if let Some(sub) = &t.subresource
@@ -316,6 +319,14 @@ async fn serve(
                         "resourceVersionMatch is forbidden unless resourceVersion is provided",
                     )],
                 ));
+            }
+            if param("resourceVersionMatch") == Some("NotOlderThan")
+                && let Some(n) = param("resourceVersion").and_then(|v| v.parse::<u64>().ok())
+            {
+                let current = inner.state().current_rv();
+                if n > current {
+                    return Err(super::state::too_large(n, current));
+                }
             }
             let list = inner.state().list(info, ns, &opts)?;
             Ok(json_response(

@@ -362,6 +362,9 @@ impl State {
         let mut initial = Vec::new();
         match rv {
             Some(n) if n != 0 && !send_initial => {
+                if n > self.rv {
+                    return Err(too_large(n, self.rv));
+                }
                 if n < self.compacted_rv {
                     return Err(ApiError::expired(format!(
                         "too old resource version: {n} ({})",
@@ -469,7 +472,10 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
-        let errs = validate(info, &stored, None);
+        let mut errs = validate(info, &stored, None);
+        if info.group == "events.k8s.io" {
+            errs.extend(validation::validate_events_v1_create(&obj));
+        }
         if !errs.is_empty() {
             return Err(ApiError::invalid(info, &name, &errs));
         }
@@ -656,8 +662,18 @@ impl State {
                 let ops: json_patch::Patch = serde_json::from_value(body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
                 let mut doc = current.clone();
-                json_patch::patch(&mut doc, &ops)
-                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                // kube-apiserver: NewGenericServerResponse(422, ...) with the patch error as
+                // the cause.
+                json_patch::patch(&mut doc, &ops).map_err(|e| ApiError {
+                    details: Some(json!({
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": e.to_string()}]
+                    })),
+                    ..ApiError::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                    )
+                })?;
                 doc
             }
             PatchType::Strategic => {
@@ -1081,6 +1097,21 @@ impl State {
 fn merge_into(mut base: Value, patch: &Value) -> Value {
     json_patch::merge(&mut base, patch);
     base
+}
+
+/// kube-apiserver's answer to a resourceVersion from the future (after its 3 s wait).
+pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
+    ApiError {
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1
+        })),
+        ..ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        )
+    }
 }
 
 fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {

@@ -525,6 +525,44 @@ pub(crate) fn validate_lease(obj: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// events.k8s.io/v1 create validation (`ValidateEventCreate` for the v1 API).
+pub(crate) fn validate_events_v1_create(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if obj.get("eventTime").is_none_or(Value::is_null) {
+        errs.push(FieldError::required("eventTime", ""));
+    }
+    let ty = str_at(obj, "/type").unwrap_or_default();
+    if ty != "Normal" && ty != "Warning" {
+        errs.push(FieldError::invalid("type", ty, "has invalid value"));
+    }
+    let mut required = |field: &str, limit: usize| match str_at(obj, &format!("/{field}")) {
+        None | Some("") => errs.push(FieldError::required(field, "")),
+        Some(v) if v.len() > limit => errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: field.to_string(),
+            message: format!("{field}: Too long: may not be more than {limit} bytes"),
+        }),
+        Some(_) => {}
+    };
+    required("reportingController", 253);
+    required("reportingInstance", 128);
+    required("action", 128);
+    required("reason", 128);
+    if let Some(c) = str_at(obj, "/reportingController") {
+        errs.extend(qualified_name_errors("reportingController", c));
+    }
+    if let Some(note) = str_at(obj, "/note")
+        && note.len() > 1024
+    {
+        errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: "note".into(),
+            message: "note: Too long: may not be more than 1024 bytes".into(),
+        });
+    }
+    errs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
