@@ -535,3 +535,91 @@ async fn raw_protocol_details() {
     let metas = nodes.list_metadata(&ListParams::default()).await.unwrap();
     assert_eq!(metas.items.len(), 1);
 }
+
+#[tokio::test]
+async fn secrets_are_defaulted() {
+    use k8s_openapi::api::core::v1::Secret;
+    let s = ApiServer::start().await;
+    let secrets: Api<Secret> = Api::namespaced(s.client(), "kube-system");
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("cloud-config".into()),
+            ..Default::default()
+        },
+        string_data: Some([("cloud.yaml".to_string(), "zone: a\n".to_string())].into()),
+        ..Default::default()
+    };
+    let created = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    assert_eq!(created.type_.as_deref(), Some("Opaque"));
+    assert!(created.string_data.is_none());
+    assert_eq!(created.data.unwrap()["cloud.yaml"].0, b"zone: a\n".to_vec());
+}
+
+#[tokio::test]
+async fn optimistic_concurrency_under_contention() {
+    let s = ApiServer::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let mut counter = cm("default", "counter", &[]);
+    counter.data = Some([("n".to_string(), "0".to_string())].into());
+    let start = cms.create(&PostParams::default(), &counter).await.unwrap();
+    let mut watch = cms
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=counter")
+                .disable_bookmarks(),
+            &start.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let cms = cms.clone();
+            tokio::spawn(async move {
+                let mut conflicts = 0;
+                for _ in 0..5 {
+                    loop {
+                        let mut c = cms.get("counter").await.unwrap();
+                        let n: u32 = c.data.as_ref().unwrap()["n"].parse().unwrap();
+                        c.data
+                            .as_mut()
+                            .unwrap()
+                            .insert("n".into(), (n + 1).to_string());
+                        match cms.replace("counter", &PostParams::default(), &c).await {
+                            Ok(_) => break,
+                            Err(kube::Error::Api(e)) if e.code == 409 => conflicts += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                conflicts
+            })
+        })
+        .collect();
+    let mut conflicts = 0;
+    for t in tasks {
+        conflicts += t.await.unwrap();
+    }
+    let end = cms.get("counter").await.unwrap();
+    assert_eq!(
+        end.data.unwrap()["n"],
+        "40",
+        "no lost update ({conflicts} conflicts retried)"
+    );
+    // Every successful write is one MODIFIED event, in resourceVersion order.
+    let mut last = 0u64;
+    for i in 1..=40 {
+        match watch.try_next().await.unwrap().unwrap() {
+            WatchEvent::Modified(c) => {
+                let rv: u64 = c.resource_version().unwrap().parse().unwrap();
+                assert!(rv > last);
+                last = rv;
+                assert_eq!(c.data.unwrap()["n"], i.to_string());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -540,6 +540,7 @@ impl State {
                     self.next_node_port = 30_000;
                 }
             }
+            "secrets" => secret_defaults(obj),
             "namespaces" => {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 let m = meta_mut(obj);
@@ -810,6 +811,9 @@ impl State {
                     }
                 }
             }
+        }
+        if info.storage == "secrets" {
+            secret_defaults(&mut new);
         }
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
@@ -1093,6 +1097,43 @@ impl State {
     }
 }
 
+/// Secret defaulting: `type: Opaque`, and `stringData` folded into `data` (base64), as
+/// kube-apiserver does on every write.
+fn secret_defaults(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    o.entry("type").or_insert(json!("Opaque"));
+    if let Some(Value::Object(string_data)) = o.remove("stringData") {
+        let data = o.entry("data").or_insert(json!({}));
+        for (k, v) in string_data {
+            if let Some(s) = v.as_str() {
+                data[k] = json!(base64_encode(s.as_bytes()));
+            }
+        }
+    }
+}
+
+/// Standard base64 with padding. Hand-written: a dozen lines do not justify a dependency.
+fn base64_encode(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Deep-merges `patch` into `base` (objects merge, other values replace).
 fn merge_into(mut base: Value, patch: &Value) -> Value {
     json_patch::merge(&mut base, patch);
@@ -1204,4 +1245,18 @@ pub(crate) fn filter_change(
         _ => return None,
     };
     Some((kind, with_type_meta(info, info.present(&c.object))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+    }
 }
