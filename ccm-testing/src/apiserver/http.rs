@@ -582,6 +582,13 @@ fn watch_response(
     };
     let bookmarks = param("allowWatchBookmarks") == Some("true");
     let send_initial = param("sendInitialEvents") == Some("true");
+    if send_initial && !bookmarks {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Required value: sendInitialEvents requires allowWatchBookmarks=true",
+        ));
+    }
     if send_initial && param("resourceVersionMatch") != Some("NotOlderThan") {
         return Err(ApiError::new(
             422,
