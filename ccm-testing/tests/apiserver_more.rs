@@ -623,3 +623,41 @@ async fn optimistic_concurrency_under_contention() {
         }
     }
 }
+
+#[tokio::test]
+async fn discovery_lists_the_served_resources() {
+    let s = ApiServer::start().await;
+    let discovery = kube::discovery::Discovery::new(s.client())
+        .run()
+        .await
+        .unwrap();
+    let (lease, caps) = discovery
+        .resolve_gvk(&kube::core::GroupVersionKind::gvk(
+            "coordination.k8s.io",
+            "v1",
+            "Lease",
+        ))
+        .unwrap();
+    assert_eq!(lease.plural, "leases");
+    assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
+    let (node, caps) = discovery
+        .resolve_gvk(&kube::core::GroupVersionKind::gvk("", "v1", "Node"))
+        .unwrap();
+    assert_eq!(node.plural, "nodes");
+    assert_eq!(caps.scope, kube::discovery::Scope::Cluster);
+    assert!(
+        caps.subresources
+            .iter()
+            .any(|(r, _)| r.plural == "nodes/status" || r.plural == "status")
+    );
+    // A dynamic client built from discovery works.
+    let nodes: Api<kube::api::DynamicObject> = Api::all_with(s.client(), &node);
+    assert!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::resources::{self, ResourceInfo};
 use super::selector::{FieldSelector, LabelSelector};
-use super::state::{Change, EventType, ListOptions, PatchType, filter_change};
+use super::state::{Change, ListOptions, PatchType, filter_change};
 use super::status::{ApiError, reason_for_code};
 use super::{Inner, RequestRecord};
 
@@ -217,6 +217,10 @@ pub(crate) async fn handle(
                 200,
                 &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
             ),
+            "/apis" => json_response(200, &discovery_groups()),
+            p if discovery_resources(p).is_some() => {
+                json_response(200, &discovery_resources(p).unwrap_or_default())
+            }
             _ => match target {
                 None => error_response(&not_served()),
                 Some(t) => serve(&inner, &method, &t, &query, &headers, &body, watch)
@@ -627,7 +631,6 @@ fn watch_response(
             return Ok(resp);
         }
     };
-    let _ = EventType::Added;
     let interval = inner.bookmark_interval();
     let ws = WatchStream {
         inner: inner.clone(),
@@ -655,6 +658,71 @@ fn watch_response(
         HeaderValue::from_static("application/json"),
     );
     Ok(resp)
+}
+
+/// `/apis`: the API groups served (besides the core group).
+fn discovery_groups() -> Value {
+    let mut groups: Vec<&str> = resources::RESOURCES
+        .iter()
+        .map(|r| r.group)
+        .filter(|g| !g.is_empty())
+        .collect();
+    groups.dedup();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|g| {
+            let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/api/v1` and `/apis/<group>/v1`: the resources of one group version.
+fn discovery_resources(path: &str) -> Option<Value> {
+    let (group, version) = match path
+        .trim_end_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["", "api", v] => ("", *v),
+        ["", "apis", g, v] => (*g, *v),
+        _ => return None,
+    };
+    let mut list = Vec::new();
+    for r in resources::RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        list.push(json!({
+            "name": r.plural,
+            "singularName": r.kind.to_lowercase(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        }));
+        if r.status_subresource {
+            list.push(json!({
+                "name": format!("{}/status", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if list.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
 }
 
 /// The error a `fail_next` rule answers with.
