@@ -661,3 +661,120 @@ async fn discovery_lists_the_served_resources() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn pod_cidrs_are_normalised_set_once_and_validated() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    // Setting only the singular field fills the list (and vice versa).
+    let n = nodes
+        .patch(
+            "n1",
+            &pp,
+            &Patch::Merge(json!({"spec": {"podCIDR": "10.244.1.0/24"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        n.spec.as_ref().unwrap().pod_cidrs.as_deref(),
+        Some(&["10.244.1.0/24".to_string()][..])
+    );
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n2").build())
+        .await
+        .unwrap();
+    let n = nodes
+        .patch(
+            "n2",
+            &pp,
+            &Patch::Merge(json!({"spec": {"podCIDRs": ["10.244.2.0/24", "fd00:2::/64"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        n.spec.as_ref().unwrap().pod_cidr.as_deref(),
+        Some("10.244.2.0/24")
+    );
+    // Set once: changing is Forbidden.
+    let e = api_err(
+        nodes
+            .patch(
+                "n1",
+                &pp,
+                &Patch::Merge(json!({"spec": {"podCIDRs": ["10.244.9.0/24"]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.details
+            .unwrap()
+            .causes
+            .iter()
+            .any(|c| c.field == "spec.podCIDRs" && c.reason == "FieldValueForbidden")
+    );
+    // Invalid CIDRs and two of one family are Invalid.
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n3").build())
+        .await
+        .unwrap();
+    let e = api_err(
+        nodes
+            .patch(
+                "n3",
+                &pp,
+                &Patch::Merge(json!({"spec": {"podCIDRs": ["banana"]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    let e = api_err(
+        nodes
+            .patch(
+                "n3",
+                &pp,
+                &Patch::Merge(json!({"spec": {"podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+}
+
+#[tokio::test]
+async fn open_watches_are_counted() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    assert_eq!(s.open_watches("nodes"), 0);
+    let st = nodes
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let leases: Api<Lease> = Api::namespaced(s.client(), "default");
+    let st2 = leases
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert_eq!(s.open_watches("nodes"), 1);
+    assert_eq!(s.open_watches("leases.coordination.k8s.io"), 1);
+    assert_eq!(s.open_watches("*"), 2);
+    // close_watches ends them on the server side.
+    s.close_watches();
+    let ended = ccm_testing::wait::eventually(Duration::from_secs(20), || async {
+        s.open_watches("*") == 0
+    })
+    .await;
+    assert!(ended);
+    let rest: Vec<_> = st.collect().await;
+    assert!(rest.is_empty());
+    drop(st2);
+}

@@ -485,6 +485,12 @@ struct WatchStream {
     done: bool,
 }
 
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.inner.watch_closed(&self.info.qualified());
+    }
+}
+
 impl WatchStream {
     fn line(&self, ty: &str, obj: Value) -> Bytes {
         let obj = if self.meta_only && ty != "ERROR" {
@@ -632,6 +638,7 @@ fn watch_response(
         }
     };
     let interval = inner.bookmark_interval();
+    inner.watch_opened(&info.qualified());
     let ws = WatchStream {
         inner: inner.clone(),
         info,

@@ -541,6 +541,7 @@ impl State {
                 }
             }
             "secrets" => secret_defaults(obj),
+            "nodes" => validation::normalize_pod_cidrs(obj),
             "namespaces" => {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 let m = meta_mut(obj);
@@ -814,6 +815,9 @@ impl State {
         }
         if info.storage == "secrets" {
             secret_defaults(&mut new);
+        }
+        if info.storage == "nodes" {
+            validation::normalize_pod_cidrs(&mut new);
         }
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
@@ -1199,6 +1203,7 @@ fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldE
     let mut errs = validation::validate_meta(info, obj);
     match info.storage {
         "nodes" => {
+            errs.extend(validation::validate_pod_cidrs(obj));
             errs.extend(validation::validate_node(obj));
             if let Some(old) = old {
                 errs.extend(validation::validate_node_update(obj, old));
