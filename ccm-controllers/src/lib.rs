@@ -10,11 +10,13 @@
 
 #![warn(missing_docs)]
 
+pub mod cloud_node;
 pub mod context;
 mod error;
 pub mod events;
 pub mod informer;
 pub mod metrics;
+pub mod node_lifecycle;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
