@@ -24,8 +24,8 @@ use ccm_core::well_known::{
     TAINT_UNINITIALIZED,
 };
 use ccm_core::{
-    CancellationToken, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2,
-    Node, NodeAddress, Zones, async_trait,
+    CancellationToken, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node,
+    NodeAddress, Zones, async_trait,
 };
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
@@ -154,9 +154,11 @@ impl Test {
     }
 
     async fn wait_initialized(&self, name: &str) -> Node {
-        wait_for(&self.nodes, name, TIMEOUT, |n: &Node| !has_taint(n, TAINT_UNINITIALIZED))
-            .await
-            .unwrap()
+        wait_for(&self.nodes, name, TIMEOUT, |n: &Node| {
+            !has_taint(n, TAINT_UNINITIALIZED)
+        })
+        .await
+        .unwrap()
     }
 }
 
@@ -285,10 +287,18 @@ impl CloudProvider for Probe {
 #[async_trait]
 impl InstancesV2 for Probe {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        self.fake.instances_v2().unwrap().instance_exists(node).await
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_exists(node)
+            .await
     }
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        self.fake.instances_v2().unwrap().instance_shutdown(node).await
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_shutdown(node)
+            .await
     }
     async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -400,7 +410,10 @@ async fn initializes_with_legacy_instances_and_zones() {
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
     assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("fake-small"));
     assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
-    assert_eq!(label(&node, LABEL_FAILURE_DOMAIN_BETA_REGION), Some("region-1"));
+    assert_eq!(
+        label(&node, LABEL_FAILURE_DOMAIN_BETA_REGION),
+        Some("region-1")
+    );
     t.wait_event(&name, "Synced").await;
     let node = t.nodes.get(&name).await.unwrap();
     assert!(
@@ -440,7 +453,11 @@ async fn legacy_fallbacks_by_name_and_no_zones() {
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
     assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("fake-small"));
-    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), None, "no Zones, no zone label");
+    assert_eq!(
+        label(&node, LABEL_TOPOLOGY_ZONE),
+        None,
+        "no Zones, no zone label"
+    );
     assert_eq!(label(&node, LABEL_TOPOLOGY_REGION), None);
     assert_eq!(fake.call_count("instance_type"), 1);
     assert_eq!(fake.call_count("node_addresses"), 1);
@@ -487,12 +504,18 @@ async fn empty_provider_id_keeps_the_node_tainted() {
 
     // The node that already has a providerID is initialised with it.
     let node = t.wait_initialized(&preset).await;
-    assert_eq!(provider_id(&node), Some(format!("fake://{preset}").as_str()));
+    assert_eq!(
+        provider_id(&node),
+        Some(format!("fake://{preset}").as_str())
+    );
     // The other stays tainted, with a Warning naming the step.
     let (type_, _, note) = t.wait_event(&bare, "SyncFailed").await;
     assert_eq!(type_, "Warning");
     assert!(note.contains("providerID"), "{note}");
-    assert!(note.contains("cloud provider does not set node provider ID"), "{note}");
+    assert!(
+        note.contains("cloud provider does not set node provider ID"),
+        "{note}"
+    );
     let node = t.nodes.get(&bare).await.unwrap();
     assert!(has_taint(&node, TAINT_UNINITIALIZED));
     assert_eq!(provider_id(&node), None);
@@ -523,7 +546,11 @@ async fn additional_labels_are_filtered_and_never_overwrite() {
     let running = t.run_controller(fake.provider(), quiet_config());
 
     let node = t.wait_initialized(&name).await;
-    assert_eq!(label(&node, "example.com/pool"), Some("green"), "never overwritten");
+    assert_eq!(
+        label(&node, "example.com/pool"),
+        Some("green"),
+        "never overwritten"
+    );
     assert_eq!(label(&node, "example.com/rack"), Some("r1"));
     assert_eq!(label(&node, "node.kubernetes.io/sneaky"), None);
     assert_eq!(label(&node, "k8s.io/sneaky"), None);
@@ -721,7 +748,11 @@ async fn unknown_provided_node_ip_keeps_the_node_tainted_until_fixed() {
     assert!(note.contains("fd00::99"), "{note}");
     let node = t.nodes.get(&name).await.unwrap();
     assert!(has_taint(&node, TAINT_UNINITIALIZED));
-    assert_eq!(provider_id(&node), None, "nothing written for an invalid node IP");
+    assert_eq!(
+        provider_id(&node),
+        None,
+        "nothing written for an invalid node IP"
+    );
 
     // kubelet restarted with a valid --node-ip: the node is initialised.
     t.nodes
@@ -769,13 +800,18 @@ async fn periodic_refresh_updates_addresses_of_initialized_nodes() {
             ..CloudNodeConfig::default()
         },
     );
-    wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| addresses(n) == expected)
-        .await
-        .unwrap();
+    wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        addresses(n) == expected
+    })
+    .await
+    .unwrap();
     // The cloud changes nothing: later refreshes write nothing.
     let calls = fake.call_count("instance_metadata");
     assert!(
-        eventually(TIMEOUT, || async { fake.call_count("instance_metadata") >= calls + 2 }).await
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= calls + 2
+        })
+        .await
     );
     if let Some(server) = t.cluster.api_server() {
         let status_writes = server
@@ -803,7 +839,12 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
     t.create(&t.node(&name).build()).await;
     let running = t.run_controller(fake.provider(), quiet_config());
 
-    assert!(eventually(TIMEOUT, || async { fake.call_count("instance_metadata") >= 1 }).await);
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= 1
+        })
+        .await
+    );
     // kubelet (or a user) adds a taint and a label meanwhile.
     let current = t.nodes.get(&name).await.unwrap();
     let mut new_taints = current.spec.clone().unwrap().taints.unwrap();
@@ -842,7 +883,11 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
             })
             .map(|r| r.status)
             .collect();
-        assert_eq!(spec_patches, vec![422, 200], "a stale write is refused, then redone");
+        assert_eq!(
+            spec_patches,
+            vec![422, 200],
+            "a stale write is refused, then redone"
+        );
     }
     running.stop().await;
     t.cluster.cleanup().await;
@@ -867,7 +912,11 @@ async fn metadata_failure_is_reported_and_retried_until_it_works() {
         .find(|e| e.1 == "SyncFailed")
         .unwrap_or_else(|| panic!("no SyncFailed event: {events:?}"));
     assert_eq!(warning.0, "Warning");
-    assert!(warning.2.contains("Failed to get instance metadata"), "{}", warning.2);
+    assert!(
+        warning.2.contains("Failed to get instance metadata"),
+        "{}",
+        warning.2
+    );
     assert!(warning.2.contains("injected failure"), "{}", warning.2);
     running.stop().await;
     t.cluster.cleanup().await;
@@ -888,7 +937,12 @@ async fn retry_error_requeues_after_the_providers_delay_without_a_warning() {
     t.create(&t.node(&name).build()).await;
     let running = t.run_controller(fake.provider(), quiet_config());
 
-    assert!(eventually(TIMEOUT, || async { fake.call_count("instance_metadata") >= 1 }).await);
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= 1
+        })
+        .await
+    );
     // Exponential backoff would have retried within milliseconds; Retry waits its 3 s.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(fake.call_count("instance_metadata"), 1);
@@ -983,7 +1037,10 @@ async fn zero_workers_and_missing_capabilities_are_refused() {
     )
     .await
     .unwrap_err();
-    assert!(err.to_string().contains("--node-status-update-frequency"), "{err}");
+    assert!(
+        err.to_string().contains("--node-status-update-frequency"),
+        "{err}"
+    );
     ctx.shutdown.cancel();
     tasks.shutdown().await;
 
@@ -999,12 +1056,21 @@ async fn zero_workers_and_missing_capabilities_are_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ControllerError::MissingCapability { controller: "cloud-node-controller", .. }),
+        matches!(
+            err,
+            ControllerError::MissingCapability {
+                controller: "cloud-node-controller",
+                ..
+            }
+        ),
         "{err:?}"
     );
     ctx.shutdown.cancel();
     tasks.shutdown().await;
-    assert_eq!(CloudNodeConfig::default().workers, cloud_node::DEFAULT_WORKERS);
+    assert_eq!(
+        CloudNodeConfig::default().workers,
+        cloud_node::DEFAULT_WORKERS
+    );
     assert_eq!(
         CloudNodeConfig::default().status_update_frequency,
         Duration::from_secs(300)

@@ -27,6 +27,7 @@ pub(crate) mod patch;
 pub(crate) mod plan;
 mod sync;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -133,8 +134,14 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     let recorder = ctx.recorder(EVENT_COMPONENT);
     let shared = Arc::new(Shared::new(ctx.clone(), recorder, metrics));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
+    // Everything in the store now, and what it was at: the subscription also delivers the
+    // initial list (when the informer synced after we subscribed), which must not process
+    // every node a second time.
+    let mut initial: HashMap<String, Option<String>> = HashMap::new();
     for node in ctx.nodes.list() {
-        queue.add(node.name_any());
+        let name = node.name_any();
+        initial.insert(name.clone(), node.resource_version());
+        queue.add(name);
     }
     tracing::info!(
         workers = config.workers,
@@ -153,7 +160,13 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 };
                 match change {
                     None => break,
-                    Some(Change::Applied { new, .. }) => queue.add(new.name_any()),
+                    Some(Change::Applied { new, .. }) => {
+                        let name = new.name_any();
+                        let seen = initial.remove(&name);
+                        if seen.is_none_or(|rv| rv != new.resource_version()) {
+                            queue.add(name);
+                        }
+                    }
                     Some(Change::Deleted(node)) => shared.forget(&node.name_any()),
                     Some(Change::Resync) => {
                         for node in ctx.nodes.list() {

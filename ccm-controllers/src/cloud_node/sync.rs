@@ -34,6 +34,10 @@ pub(crate) struct Shared {
     /// cloud call, so a node is never left without its cloud addresses until the next periodic
     /// refresh (Go only logs such a failure).
     pending_addresses: Mutex<HashMap<String, (String, Vec<NodeAddress>)>>,
+    /// Nodes whose provider answered `CloudError::Retry`: name → earliest next cloud call. A
+    /// node update arriving meanwhile must not bring the call forward (the queue's own
+    /// delayed add brings the node back at that time).
+    retry_not_before: Mutex<HashMap<String, Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -57,6 +61,7 @@ impl Shared {
             metrics,
             initialized: Mutex::new(HashMap::new()),
             pending_addresses: Mutex::new(HashMap::new()),
+            retry_not_before: Mutex::new(HashMap::new()),
         }
     }
 
@@ -64,6 +69,7 @@ impl Shared {
     pub(crate) fn forget(&self, name: &str) {
         lock(&self.initialized).remove(name);
         lock(&self.pending_addresses).remove(name);
+        lock(&self.retry_not_before).remove(name);
     }
 
     fn initialized_by_us(&self, node: &Node) -> bool {
@@ -96,6 +102,18 @@ impl Shared {
             }
         }
         if plan::has_uninitialized_taint(&node) {
+            {
+                let mut gates = lock(&self.retry_not_before);
+                match gates.get(&name) {
+                    // Too early: the delayed add of the Retry outcome is still pending.
+                    // `Done` only resets the failure count, which a Retry does not use.
+                    Some(t) if Instant::now() < *t => return Outcome::Done,
+                    Some(_) => {
+                        gates.remove(&name);
+                    }
+                    None => {}
+                }
+            }
             self.initialize(node).await
         } else {
             self.reconcile_initialized(node).await
@@ -146,6 +164,7 @@ impl Shared {
                 ..
             }) => {
                 tracing::info!(node = %name, ?after, %message, "cloud provider asked to retry");
+                lock(&self.retry_not_before).insert(name, Instant::now() + after);
                 return Outcome::RequeueAfter(after);
             }
             Err(e) => {
