@@ -15,6 +15,7 @@ mod error;
 pub mod events;
 pub mod informer;
 pub mod metrics;
+pub mod service;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
