@@ -24,8 +24,9 @@
 //!     deleted; a Service that vanished while the controller had a record of its load balancer
 //!     (e.g. its finalizer was removed by hand) has it deleted too.
 //! - **Node sync**: Node adds, deletes and updates that change load-balancer eligibility or
-//!   `spec.providerID` ([`plan::node_update_needs_sync`]) open a window of
-//!   [`ServiceConfig::node_sync_window`]; every change in the window joins one pass. A pass
+//!   `spec.providerID` ([`plan::node_update_needs_sync`]) are coalesced: a pass runs once no
+//!   change arrived for [`ServiceConfig::node_sync_window`] (at the latest five windows after
+//!   the first change of a burst), and every change until then joins that one pass. A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   ([`plan::nodes_sufficiently_equal`]) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers. A failed update emits
@@ -93,10 +94,11 @@ pub struct ServiceConfig {
     /// parallel by a node-sync pass. Must be at least 1 (Go silently accepts 0 and then never
     /// syncs). Default [`DEFAULT_WORKERS`].
     pub workers: usize,
-    /// `--node-sync-window`: how long node changes are collected after the first one before a
-    /// node-sync pass runs; a burst of changes within the window costs each load balancer one
-    /// `update_load_balancer`. Zero runs a pass per change batch as soon as it arrives.
-    /// Default 1 s.
+    /// `--node-sync-window`: node changes less than this apart are coalesced into one
+    /// node-sync pass, which runs once no change arrived for this long (at the latest five
+    /// windows after the first change of a burst); a burst of N node changes costs each load
+    /// balancer one `update_load_balancer`, not N. Zero runs a pass per batch of changes as
+    /// soon as it arrives. Default 1 s.
     pub node_sync_window: Duration,
 }
 

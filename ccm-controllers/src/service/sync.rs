@@ -25,6 +25,9 @@ use crate::workqueue::{Backoff, Outcome, WorkQueue};
 /// How often a write that hit a conflict is retried on a fresh read within one sync.
 const MAX_CONFLICT_ATTEMPTS: usize = 5;
 
+/// A node-sync pass waits at most this many windows after the first change of a burst.
+const MAX_WINDOW_FACTOR: u32 = 5;
+
 /// What the controller remembers about one Service (by `namespace/name`), like Go's
 /// `serviceCache`. Guarded by a per-Service async lock that every cloud call for the Service
 /// holds, so calls for one load balancer never overlap.
@@ -237,24 +240,32 @@ async fn node_events(
     }
 }
 
-/// Collects node-change triggers for `node_sync_window` after the first one, then runs one
-/// pass for all of them. Triggers arriving during a pass start the next window.
+/// Coalesces node-change triggers, then runs one pass for all of them: the pass starts once
+/// `node_sync_window` has passed without a new change, or at the latest
+/// [`MAX_WINDOW_FACTOR`] windows after the first change (so continuous churn cannot postpone
+/// host updates forever). Triggers arriving during a pass start the next window.
 async fn node_sync_loop(shared: Arc<Shared>, mut triggers: mpsc::UnboundedReceiver<()>) {
     let shutdown = shared.ctx.shutdown.clone();
+    let window = shared.config.node_sync_window;
     loop {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
             first = triggers.recv() => if first.is_none() { return },
         }
-        let window = shared.config.node_sync_window;
-        if !window.is_zero() {
+        let hard_deadline = tokio::time::Instant::now() + window.saturating_mul(MAX_WINDOW_FACTOR);
+        let mut quiet_deadline = tokio::time::Instant::now() + window;
+        loop {
             tokio::select! {
                 biased;
                 // Pending node changes are dropped on shutdown: the next leader ensures
                 // every load balancer with the then-current hosts anyway.
                 () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(window) => {}
+                () = tokio::time::sleep_until(quiet_deadline.min(hard_deadline)) => break,
+                more = triggers.recv() => match more {
+                    Some(()) => quiet_deadline = tokio::time::Instant::now() + window,
+                    None => break,
+                },
             }
         }
         // Every change received so far is covered by the pass below, which reads the
