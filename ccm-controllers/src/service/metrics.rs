@@ -48,12 +48,12 @@ impl ServiceMetrics {
         );
         registry.register(
             "service_controller_nodesync_latency_seconds",
-            "A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates.",
+            "A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates",
             m.nodesync_latency.clone(),
         );
         registry.register(
             "service_controller_update_loadbalancer_host_latency_seconds",
-            "A metric measuring the latency for updating each load balancer hosts.",
+            "A metric measuring the latency for updating each load balancer hosts",
             m.update_host_latency.clone(),
         );
         m
