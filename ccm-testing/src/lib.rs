@@ -30,11 +30,39 @@
 //! cluster.cleanup().await;
 //! # }
 //! ```
+//!
+//! ## Testing a provider
+//!
+//! [`fake_cloud::FakeCloud`] is a configurable provider (latency, missing and shut-down
+//! instances, faults, call recording) for testing controllers; the [`conformance`] suite runs a
+//! provider, yours or the fake, against the contract of `ccm-core`:
+//!
+//! ```
+//! use ccm_core::{Node, ObjectMeta};
+//! use ccm_testing::conformance::{Check, ConformanceInput, Suite};
+//! use ccm_testing::fake_cloud::FakeCloud;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let worker = Node {
+//!     metadata: ObjectMeta { name: Some("worker-1".into()), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! let cloud = FakeCloud::builder().missing_node("gone-.*").build(); // swap in your provider
+//! let mut gone = worker.clone();
+//! gone.metadata.name = Some("gone-1".into());
+//! let suite = Suite::new(cloud.provider(), ConformanceInput::new("test", vec![worker]).missing_node(gone));
+//! let result = suite.run_check(Check::InstanceExistsFalseForUnknown).await;
+//! assert!(result.outcome.is_passed(), "{result}");
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 pub mod apiserver;
 pub mod builders;
 mod cluster;
+pub mod conformance;
+pub mod fake_cloud;
 pub mod wait;
 
 pub use cluster::{KUBECONFIG_ENV, TestCluster};

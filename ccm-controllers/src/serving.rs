@@ -1,0 +1,136 @@
+//! Health and metrics over HTTP (axum): `/healthz`, `/livez`, `/readyz`, `/metrics`.
+//!
+//! - `/healthz` and `/livez`: 200 `ok` while the process works; 500 once the lease is lost.
+//! - `/readyz`: 200 `ok` when the shared informers have synced and this process leads (or runs
+//!   without election), or when it stands by healthily (it can read the Lease); 503 with the
+//!   reason otherwise, and from the moment shutdown starts.
+//! - `/metrics`: the registry in OpenMetrics text format.
+//!
+//! Go serves HTTPS with delegated authentication on 10258 and has no `/readyz` or `/livez`.
+//! Until TLS lands this serves plain HTTP, and `--bind-address` defaults to 127.0.0.1.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::leader::LeaderState;
+use crate::metrics::MetricsRegistry;
+
+/// What the probes report; shared between the runtime and the server.
+#[derive(Debug)]
+pub struct Health {
+    /// Election state.
+    pub leader: watch::Sender<LeaderState>,
+    /// The shared informers have listed once.
+    pub synced: AtomicBool,
+    /// Shutdown has started.
+    pub shutting_down: AtomicBool,
+}
+
+impl Health {
+    /// Initial state: not synced, not shutting down, `leader` as given.
+    pub fn new(leader: LeaderState) -> Arc<Self> {
+        Arc::new(Health {
+            leader: watch::channel(leader).0,
+            synced: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    /// `(healthy, reason)` for `/healthz` and `/livez`.
+    pub fn live(&self) -> (bool, &'static str) {
+        match *self.leader.borrow() {
+            LeaderState::Lost => (false, "leader election lost"),
+            _ => (true, "ok"),
+        }
+    }
+
+    /// `(ready, reason)` for `/readyz`.
+    pub fn ready(&self) -> (bool, &'static str) {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return (false, "shutting down");
+        }
+        let synced = self.synced.load(Ordering::SeqCst);
+        match *self.leader.borrow() {
+            LeaderState::Lost => (false, "leader election lost"),
+            LeaderState::Standby { healthy: true } => (true, "ok"),
+            LeaderState::Standby { healthy: false } => {
+                (false, "standing by, but the leader Lease cannot be read")
+            }
+            LeaderState::Leading | LeaderState::Disabled if synced => (true, "ok"),
+            LeaderState::Leading | LeaderState::Disabled => {
+                (false, "shared informers have not synced yet")
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    health: Arc<Health>,
+    metrics: Arc<MetricsRegistry>,
+}
+
+fn probe((ok, reason): (bool, &'static str), failure: StatusCode) -> Response {
+    let status = if ok { StatusCode::OK } else { failure };
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        reason,
+    )
+        .into_response()
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    probe(s.health.live(), StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    probe(s.health.ready(), StatusCode::SERVICE_UNAVAILABLE)
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    match s.metrics.encode() {
+        Ok(body) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// The router serving the four paths.
+pub fn router(health: Arc<Health>, registry: Arc<MetricsRegistry>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/livez", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(AppState {
+            health,
+            metrics: registry,
+        })
+}
+
+/// Serves `router` on `listener` until `stop` fires.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+}
