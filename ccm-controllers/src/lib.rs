@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod options;
 pub mod runtime;
 pub mod secure_serving;
+pub mod service;
 pub mod serving;
 pub mod node_lifecycle;
 pub mod workqueue;
