@@ -43,6 +43,7 @@ pub mod informer;
 pub mod leader;
 pub mod metrics;
 pub mod options;
+pub mod route;
 pub mod runtime;
 pub mod secure_serving;
 pub mod service;
