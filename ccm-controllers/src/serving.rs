@@ -134,3 +134,50 @@ pub(crate) async fn serve(
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_per_state() {
+        let cases = [
+            // (state, synced, shutting down) -> (live, ready)
+            (LeaderState::Disabled, false, false, true, false),
+            (LeaderState::Disabled, true, false, true, true),
+            (LeaderState::Leading, false, false, true, false),
+            (LeaderState::Leading, true, false, true, true),
+            (
+                LeaderState::Standby { healthy: true },
+                false,
+                false,
+                true,
+                true,
+            ),
+            (
+                LeaderState::Standby { healthy: false },
+                false,
+                false,
+                true,
+                false,
+            ),
+            (LeaderState::Lost, true, false, false, false),
+            (LeaderState::Leading, true, true, true, false),
+        ];
+        for (state, synced, stopping, live, ready) in cases {
+            let h = Health::new(state);
+            h.synced.store(synced, Ordering::SeqCst);
+            h.shutting_down.store(stopping, Ordering::SeqCst);
+            assert_eq!(
+                h.live().0,
+                live,
+                "{state:?} synced={synced} stopping={stopping}"
+            );
+            assert_eq!(
+                h.ready().0,
+                ready,
+                "{state:?} synced={synced} stopping={stopping}"
+            );
+        }
+    }
+}
