@@ -68,11 +68,23 @@ fn logged(needle: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // A minimal API server: empty Node and Service lists, watches that stay open.
 
+/// User agents the fake API server saw.
+fn user_agents() -> &'static Mutex<Vec<String>> {
+    static AGENTS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    AGENTS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
 async fn fake_api_server() -> String {
     async fn list_or_watch(
         Query(q): Query<BTreeMap<String, String>>,
         req: Request,
     ) -> axum::response::Response {
+        if let Some(agent) = req.headers().get("user-agent") {
+            user_agents()
+                .lock()
+                .unwrap()
+                .push(agent.to_str().unwrap().to_owned());
+        }
         if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
             let stream = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
             return axum::response::Response::builder()
@@ -517,6 +529,7 @@ async fn serving_metrics_and_vendor_controllers() {
     let builder = Builder::new()
         .with_args::<AcmeArgs>()
         .provider(cloud.clone())
+        .version("1.2.3-acme")
         .listener(listener)
         .default_value("concurrent-service-syncs", "3")
         .controller_with_args("acme-poller", move |ctx: ControllerContext, args| {
@@ -621,6 +634,15 @@ async fn serving_metrics_and_vendor_controllers() {
         "the two informer lists are counted: {body}"
     );
     assert_eq!(cloud.completed.load(Ordering::SeqCst), 12);
+    assert!(
+        user_agents()
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a == "cloud-controller-manager/1.2.3-acme"),
+        "user agent: {:?}",
+        user_agents().lock().unwrap()
+    );
 
     stop_tx.send(()).unwrap();
     assert_eq!(runtime.await.unwrap(), 0);
