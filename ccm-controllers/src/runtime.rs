@@ -439,6 +439,20 @@ where
             }
             return Err(Exit(1));
         }
+        let mut names: Vec<&str> = self
+            .controllers
+            .iter()
+            .flat_map(|e| {
+                std::iter::once(e.name.as_str()).chain(e.aliases.iter().map(String::as_str))
+            })
+            .collect();
+        names.sort_unstable();
+        if let Some(dup) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(fail(format_args!(
+                "controller name or alias {:?} is registered twice; give each controller unique names",
+                dup[0]
+            )));
+        }
         let known: Vec<KnownController> = self
             .controllers
             .iter()

@@ -348,6 +348,17 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
         ),
         (
             vec!["--cloud-provider=runtime-test", UNREACHABLE],
+            Builder::new()
+                .controller_entry(
+                    ControllerEntry::new("acme-a", |_, _| async { Ok(()) }).alias("acme"),
+                )
+                .controller_entry(
+                    ControllerEntry::new("acme-b", |_, _| async { Ok(()) }).alias("acme"),
+                ),
+            "controller name or alias \"acme\" is registered twice",
+        ),
+        (
+            vec!["--cloud-provider=runtime-test", UNREACHABLE],
             Builder::new().default_value("no-such-flag", "1"),
             "Builder::default_value: there is no flag --no-such-flag",
         ),
