@@ -478,7 +478,14 @@ where
 
         // 4. The provider.
         let provider = match self.provider.take() {
-            Some(p) => p,
+            Some(p) => {
+                if options.cloud.cloud_config.is_some() {
+                    tracing::warn!(
+                        "--cloud-config is not read: the provider was given to Builder::provider"
+                    );
+                }
+                p
+            }
             None => {
                 let cloud_config = match &options.cloud.cloud_config {
                     Some(path) => Some(std::fs::read(path).map_err(|e| {
