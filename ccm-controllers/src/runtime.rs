@@ -637,7 +637,7 @@ where
                     tracing::info!(identity = %config.identity, "became the leader");
                     health.leader.send_replace(LeaderState::Leading);
                     master_status.get_or_create(&lease).set(1);
-                    let mut held = leader::hold(manager, &config);
+                    let mut held = leader::hold(manager, env.client.clone(), &config);
                     let outcome = env.lead(&shutdown, Some(&mut held.lost)).await;
                     match outcome {
                         Lead::Lost(reason) => {

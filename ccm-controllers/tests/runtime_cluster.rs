@@ -340,8 +340,8 @@ async fn a_killed_leader_on_test_cluster_is_replaced_after_the_lease_expires() {
     let lease = cluster.unique_name("ccm-lease");
     let cloud = FakeCloud::default();
     let timing = [
-        "--leader-elect-lease-duration=3s",
-        "--leader-elect-renew-deadline=2s",
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
         "--leader-elect-retry-period=1s",
     ];
     let a = Replica::start(&cluster, &cloud, &namespace, &lease, &timing);
@@ -414,5 +414,72 @@ async fn a_leader_whose_lease_is_taken_exits_non_zero() {
         Some("thief"),
         "the loser does not release someone else's Lease"
     );
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn renewal_failures_keep_the_lease_until_the_renew_deadline_then_exit_1() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // Needs fault injection (in-process API server only).
+    };
+    let namespace = cluster.namespace().await;
+    let lease = cluster.unique_name("ccm-lease");
+    let cloud = FakeCloud::default();
+    let timing = [
+        "--leader-elect-lease-duration=4s",
+        "--leader-elect-renew-deadline=3s",
+        "--leader-elect-retry-period=1s",
+    ];
+    let a = Replica::start(&cluster, &cloud, &namespace, &lease, &timing);
+    assert!(eventually(WAIT, || async { a.runs_controllers() }).await);
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.user_agent.as_deref() == Some("cloud-controller-manager/0.1.0")),
+        "user agent cloud-controller-manager/<version>"
+    );
+
+    // One failed renewal is retried and does not cost the lease.
+    server.clear_requests();
+    server.fail_next("patch", "leases", 1, 500, None);
+    let failed = || {
+        server
+            .requests()
+            .iter()
+            .any(|r| r.resource == "leases" && r.verb == "patch" && r.status == 500)
+    };
+    assert!(eventually(WAIT, || async { failed() }).await);
+    let renewed_after_failure = || {
+        let requests = server.requests();
+        let first_failure = requests
+            .iter()
+            .position(|r| r.resource == "leases" && r.status == 500);
+        first_failure.is_some_and(|i| {
+            requests[i..]
+                .iter()
+                .any(|r| r.resource == "leases" && r.verb == "patch" && r.status == 200)
+        })
+    };
+    assert!(
+        eventually(WAIT, || async { renewed_after_failure() }).await,
+        "the renewal is retried"
+    );
+    assert!(
+        a.runs_controllers(),
+        "still leading after a transient failure"
+    );
+    assert!(!a.task.is_finished());
+    assert_eq!(a.metric(&master_status(&lease)).await, Some(1.0));
+
+    // Renewals failing for longer than --leader-elect-renew-deadline: the lease counts as lost.
+    server.fail_next("patch", "leases", usize::MAX, 500, None);
+    let code = tokio::time::timeout(WAIT, a.task)
+        .await
+        .expect("the leader gives up")
+        .unwrap();
+    assert_eq!(code, 1);
+    assert!(!a.running.load(Ordering::SeqCst));
     cluster.cleanup().await;
 }
