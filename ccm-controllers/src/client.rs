@@ -67,7 +67,13 @@ pub async fn load_config(options: &Options) -> Result<Config, ClientError> {
         ),
         _ => None,
     };
-    let mut config = match (&options.kube.kubeconfig, &master) {
+    // An empty `--kubeconfig=` means none, as in Go.
+    let kubeconfig = options
+        .kube
+        .kubeconfig
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let mut config = match (kubeconfig, &master) {
         (Some(path), _) => {
             let err = |message: String| ClientError::Kubeconfig {
                 path: path.display().to_string(),

@@ -104,6 +104,11 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {input:?}: {e}"))
 }
 
+/// A path flag; empty is accepted (and means "not set", as in Go).
+fn parse_path(input: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(input))
+}
+
 /// Formats a duration the way Go prints one (`2m0s`, `1h30m0s`, `500ms`, `0s`).
 pub fn format_go_duration(d: Duration) -> String {
     if d.is_zero() {
@@ -193,7 +198,7 @@ pub struct CloudArgs {
     pub cloud_provider: Option<String>,
     /// Path to the provider's configuration file; its bytes are passed to the provider's
     /// factory. An unreadable file stops startup.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
     pub cloud_config: Option<PathBuf>,
     /// Start even though the provider does not tag cloud resources with a cluster ID
     /// (deprecated in Go, still honoured).
@@ -206,7 +211,7 @@ pub struct CloudArgs {
 pub struct KubeArgs {
     /// Path to a kubeconfig file. Without it and without `--master`, the in-cluster
     /// configuration is used (then `$KUBECONFIG` / `~/.kube/config`).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's address; overrides the kubeconfig's server.
     #[arg(long, value_name = "URL")]

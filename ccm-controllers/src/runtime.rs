@@ -487,7 +487,13 @@ where
                 p
             }
             None => {
-                let cloud_config = match &options.cloud.cloud_config {
+                // An empty `--cloud-config=` means none, as in Go.
+                let cloud_config = match options
+                    .cloud
+                    .cloud_config
+                    .as_ref()
+                    .filter(|p| !p.as_os_str().is_empty())
+                {
                     Some(path) => Some(std::fs::read(path).map_err(|e| {
                         fail(format_args!(
                             "invalid value for --cloud-config: cannot read {}: {e}",

@@ -407,6 +407,8 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
     ];
     let cases: Vec<(Vec<&str>, Builder)> = vec![
         (vec![], Builder::new()),
+        // Empty values mean "not set", as in Go.
+        (vec!["--cloud-config=", "--kubeconfig="], Builder::new()),
         (
             vec![&untagged_flag, "--allow-untagged-cloud"],
             Builder::new(),
