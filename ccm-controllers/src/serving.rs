@@ -6,8 +6,10 @@
 //!   reason otherwise, and from the moment shutdown starts.
 //! - `/metrics`: the registry in OpenMetrics text format.
 //!
-//! Go serves HTTPS with delegated authentication on 10258 and has no `/readyz` or `/livez`.
-//! Until TLS lands this serves plain HTTP, and `--bind-address` defaults to 127.0.0.1.
+//! The router is served over HTTPS with delegated authentication and authorization by
+//! [`secure_serving`](crate::secure_serving) on `--bind-address:--secure-port` (Go's 10258);
+//! the probes are in `--authorization-always-allow-paths` by default. Go has no `/readyz` or
+//! `/livez`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::leader::LeaderState;
 use crate::metrics::MetricsRegistry;
@@ -122,17 +123,6 @@ pub fn router(health: Arc<Health>, registry: Arc<MetricsRegistry>) -> Router {
             health,
             metrics: registry,
         })
-}
-
-/// Serves `router` on `listener` until `stop` fires.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ use ccm_core::{
     BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, LoadBalancer,
     LoadBalancerStatus, Node, Route, Routes, Service,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -114,17 +113,23 @@ async fn fake_api_server() -> String {
     url
 }
 
-/// GET `path` over plain HTTP/1.1; returns (status, body).
+/// GET `https://<addr><path>` (the server's certificate is self-signed); returns (status, body),
+/// status 0 when the server cannot be reached.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    match client.get(format!("https://{addr}{path}")).send().await {
+        Ok(resp) => (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        ),
+        Err(_) => (0, String::new()),
+    }
 }
 
 fn free_listener() -> (std::net::TcpListener, std::net::SocketAddr) {
@@ -581,6 +586,8 @@ async fn serving_metrics_and_vendor_controllers() {
             "ccm",
             &master,
             "--leader-elect=false",
+            "--authentication-skip-lookup",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--acme-calls=3",
             "--cloud-api-qps=1000",
         ])
@@ -595,7 +602,11 @@ async fn serving_metrics_and_vendor_controllers() {
     );
     assert_eq!(http_get(addr, "/healthz").await, (200, "ok".to_owned()));
     assert_eq!(http_get(addr, "/livez").await, (200, "ok".to_owned()));
-    assert_eq!(http_get(addr, "/nope").await.0, 404);
+    assert_eq!(
+        http_get(addr, "/nope").await.0,
+        401,
+        "other paths need credentials"
+    );
 
     // The controller runs; poke it and watch the cloud counters move.
     poke_tx.send(()).unwrap();
@@ -662,6 +673,31 @@ async fn serving_metrics_and_vendor_controllers() {
     assert!(logged(
         "skipping controller: acme-missing: the cloud provider does not support load_balancer"
     ));
+}
+
+#[tokio::test]
+async fn metrics_need_authentication_by_default_probes_do_not() {
+    logs();
+    let api = fake_api_server().await;
+    let (listener, addr) = free_listener();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let master = format!("--master={api}");
+    let runtime = tokio::spawn(
+        Builder::new()
+            .provider(Arc::new(TestCloud::default()))
+            .listener(listener)
+            .args(["ccm", &master, NO_ELECTION, "--authentication-skip-lookup"])
+            .shutdown_signal(async {
+                let _ = stop_rx.await;
+            })
+            .run_async(),
+    );
+    assert!(eventually(|| async { http_get(addr, "/readyz").await.0 == 200 }).await);
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(addr, "/livez").await.0, 200);
+    assert_eq!(http_get(addr, "/metrics").await.0, 401, "no token");
+    stop_tx.send(()).unwrap();
+    assert_eq!(runtime.await.unwrap(), 0);
 }
 
 #[tokio::test]

@@ -19,26 +19,28 @@ use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// GET `https://<addr><path>` (the server's certificate is self-signed); returns (status, body),
+/// status 0 when the server cannot be reached.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
-    )
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    match client.get(format!("https://{addr}{path}")).send().await {
+        Ok(resp) => (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        ),
+        Err(_) => (0, String::new()),
+    }
 }
 
 /// The samples of a metrics exposition, `series -> value`.
@@ -136,6 +138,8 @@ impl Replica {
             format!("--leader-elect-resource-name={lease}"),
             format!("--leader-elect-resource-namespace={namespace}"),
             "--shutdown-grace-period=5s".to_owned(),
+            // /metrics without credentials in these tests (the probes are always allowed).
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
         ];
         args.extend(timing.iter().map(|s| (*s).to_owned()));
         let (flag, poked) = (running.clone(), poke.clone());

@@ -14,21 +14,28 @@ use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// GET `https://<addr><path>` (the server's certificate is self-signed); returns (status, body),
+/// status 0 when the server cannot be reached.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    match client.get(format!("https://{addr}{path}")).send().await {
+        Ok(resp) => (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        ),
+        Err(_) => (0, String::new()),
+    }
+}
 
 async fn status(addr: std::net::SocketAddr, path: &str) -> u16 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return 0;
-    };
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    String::from_utf8_lossy(&response)
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    http_get(addr, path).await.0
 }
 
 #[cfg(unix)]
