@@ -144,6 +144,9 @@ impl Replica {
         args.extend(timing.iter().map(|s| (*s).to_owned()));
         let (flag, poked) = (running.clone(), poke.clone());
         let builder = Builder::new()
+            // Only the test's controller: the built-in ones would act on a real cluster's Nodes
+            // with FakeCloud answers.
+            .without_builtin_controllers()
             .provider(cloud.provider())
             .listener(listener)
             .controller("poller", move |ctx: ControllerContext| {
@@ -485,5 +488,82 @@ async fn renewal_failures_keep_the_lease_until_the_renew_deadline_then_exit_1() 
         .unwrap();
     assert_eq!(code, 1);
     assert!(!a.running.load(Ordering::SeqCst));
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_built_in_controllers_run_through_the_runtime() {
+    use k8s_openapi::api::core::v1::Node;
+    let cluster = TestCluster::start().await;
+    if cluster.is_real() {
+        // The built-in controllers would act on the real cluster's Nodes with FakeCloud's
+        // answers; this wiring test runs on the in-process API server only.
+        return;
+    }
+    let cloud = FakeCloud::default();
+    let name = cluster.unique_name("worker");
+    cluster
+        .create(&kubelet_node(&name).pod_cidrs(&["10.244.1.0/24"]).build())
+        .await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let runtime = tokio::spawn(
+        Builder::new()
+            .provider(cloud.provider())
+            .listener(listener)
+            .args([
+                "ccm".to_owned(),
+                connection_flag(&cluster),
+                "--leader-elect=false".to_owned(),
+                "--cluster-cidr=10.244.0.0/16".to_owned(),
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+            ])
+            .shutdown_signal(async {
+                let _ = stop_rx.await;
+            })
+            .run_async(),
+    );
+    let nodes: Api<Node> = Api::all(cluster.client());
+    let node = ccm_testing::wait::wait_for(&nodes, &name, WAIT, |n: &Node| {
+        let spec = n.spec.as_ref();
+        let tainted = spec.and_then(|s| s.taints.as_ref()).is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED)
+        });
+        !tainted && spec.and_then(|s| s.provider_id.as_deref()).is_some()
+    })
+    .await
+    .expect("the cloud-node controller initialises the Node");
+    assert_eq!(
+        node.spec.unwrap().provider_id.as_deref(),
+        Some(format!("fake://{name}").as_str())
+    );
+    assert!(
+        eventually(WAIT, || async {
+            cloud.routes().iter().any(|r| r.target_node == name)
+        })
+        .await,
+        "the route controller creates the Node's route"
+    );
+    let (_, body) = http_get(addr, "/metrics").await;
+    let all = samples(&body);
+    for alias in ["cloud-node", "cloud-node-lifecycle", "service", "route"] {
+        let series = format!(
+            "running_managed_controllers{{manager=\"cloud-controller-manager\",name=\"{alias}\"}}"
+        );
+        assert_eq!(all.get(&series), Some(&1.0), "{series}");
+    }
+    assert!(
+        all.get(
+            "cloud_provider_requests_total{operation=\"instance_metadata\",result=\"success\"}"
+        )
+        .is_some_and(|n| *n >= 1.0)
+    );
+    stop.send(()).unwrap();
+    assert_eq!(
+        tokio::time::timeout(WAIT, runtime).await.unwrap().unwrap(),
+        0
+    );
     cluster.cleanup().await;
 }

@@ -60,6 +60,9 @@ async fn sigterm_waits_for_the_in_flight_cloud_call_releases_the_lease_and_exits
     let (started, finished) = (in_flight.clone(), done.clone());
     let runtime = tokio::spawn(
         Builder::new()
+            // Only the test's controller: the built-in ones would act on a real cluster's Nodes
+            // with FakeCloud answers.
+            .without_builtin_controllers()
             .provider(cloud.provider())
             .listener(listener)
             .controller("slow", move |ctx: ControllerContext| {
