@@ -35,7 +35,7 @@ use ccm_testing::apiserver::{ApiServer, RequestRecord};
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
-use eval::{Access, Manifests};
+use eval::{Access, Grant, Manifests};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -497,4 +497,53 @@ async fn deploy_role_is_sufficient_and_minimal() {
         "grants of {ROLE_UNDER_TEST} that no request needs:\n  {}\n\nall requests:\n  {all}",
         list(unneeded.iter().map(ToString::to_string).collect())
     );
+
+    // The proof can fail on this very role and scenario: without any one of the role's grants
+    // some request is refused, and each grant added to it is reported as unneeded.
+    for (i, g) in grants.iter().enumerate() {
+        if g.role != ROLE_UNDER_TEST {
+            continue;
+        }
+        let mut fewer = grants.clone();
+        fewer.remove(i);
+        assert!(
+            !eval::uncovered(&fewer, &accesses).is_empty(),
+            "removing {g} went unnoticed"
+        );
+    }
+    let template = grants
+        .iter()
+        .find(|g| g.role == ROLE_UNDER_TEST)
+        .unwrap()
+        .clone();
+    for extra in [
+        Grant {
+            group: String::new(),
+            resource: "nodes".into(),
+            verb: "update".into(),
+            resource_name: None,
+            ..template.clone()
+        },
+        Grant {
+            group: String::new(),
+            resource: "secrets".into(),
+            verb: "get".into(),
+            resource_name: None,
+            ..template.clone()
+        },
+        Grant {
+            group: "coordination.k8s.io".into(),
+            resource: "leases".into(),
+            verb: "get".into(),
+            resource_name: Some("another-lease".into()),
+            ..template
+        },
+    ] {
+        let mut more = grants.clone();
+        more.push(extra.clone());
+        assert!(
+            eval::unneeded(&more, ROLE_UNDER_TEST, &accesses).contains(&extra),
+            "adding {extra} went unnoticed"
+        );
+    }
 }
