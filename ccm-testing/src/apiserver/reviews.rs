@@ -49,7 +49,7 @@ struct NonResourceRule {
 
 impl NonResourceRule {
     fn matches(&self, user: &str, groups: &[String], verb: &str, path: &str) -> bool {
-        let subject = self.subject == user || groups.iter().any(|g| *g == self.subject);
+        let subject = self.subject == user || groups.contains(&self.subject);
         let verb = self.verb == "*" || self.verb == verb;
         let path = match self.path.strip_suffix('*') {
             Some(prefix) => path.starts_with(prefix),
