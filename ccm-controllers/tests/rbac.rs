@@ -439,6 +439,12 @@ async fn scenario() -> Vec<RequestRecord> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_role_is_sufficient_and_minimal() {
+    // The runtime keeps an installed subscriber: warnings and errors only, captured by the test
+    // harness.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_test_writer()
+        .try_init();
     // The roles bound to the Deployment's ServiceAccount.
     let mut manifests = Manifests::default();
     manifests.add_yaml("built-in roles", BUILTIN_ROLES).unwrap();

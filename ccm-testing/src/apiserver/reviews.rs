@@ -15,7 +15,8 @@
 //!
 //! Both answer `201 Created` with the review and its `status`, and are recorded in the request
 //! log like every request (verb `create`, group, resource `tokenreviews` /
-//! `subjectaccessreviews`); [`ApiServer::fail_next`](super::ApiServer::fail_next) applies.
+//! `subjectaccessreviews`); [`ApiServer::fail_next`](super::ApiServer::fail_next) applies. The
+//! two groups are not listed in discovery.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
