@@ -7,16 +7,49 @@
 //!
 //! Data flows one way: watch → shared store ([`informer`]) → controller queue ([`workqueue`])
 //! → pure planning → cloud call (through the cloud-call budget) → API write → event/metric.
+//!
+//! ## Running
+//!
+//! A vendor's `main.rs` is a few lines: link the provider crate (so its
+//! `register_cloud_provider!` registration is kept) and call [`run()`]:
+//!
+//! ```ignore
+//! use acme_cloud as _;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     ccm_controllers::run()
+//! }
+//! ```
+//!
+//! [`run()`] parses Go-compatible flags ([`options`]), sets up logging (`-v`, `--log-format`),
+//! reads `--cloud-config`, builds the provider named by `--cloud-provider`, wraps it in the
+//! cloud-call budget ([`budget`]), builds the Kubernetes client ([`client`]), serves `/healthz`,
+//! `/livez`, `/readyz` and `/metrics` ([`serving`]) over HTTPS with delegated authentication
+//! ([`secure_serving`]), elects a leader ([`leader`]) and, while
+//! leading, runs the enabled controllers until SIGTERM/SIGINT; it returns the exit code.
+//! [`Builder`] adds the vendor's own flags (flattened clap `Args`), its own controllers (which get
+//! the same [`ControllerContext`]) and changed defaults, without forking.
 
 #![warn(missing_docs)]
 
+pub mod budget;
+mod builtin;
+pub mod client;
 pub mod cloud_node;
 pub mod context;
+pub mod controllers_flag;
 mod error;
 pub mod events;
 pub mod informer;
+pub mod leader;
 pub mod metrics;
 pub mod node_lifecycle;
+pub mod options;
+pub mod route;
+pub mod runtime;
+pub mod secure_serving;
+pub mod service;
+pub mod serving;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
@@ -25,3 +58,10 @@ pub use events::EventRecorder;
 pub use informer::{Change, Informer, Subscription};
 pub use metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use workqueue::{Backoff, Outcome, WorkQueue};
+
+pub use budget::{BudgetConfig, BudgetedProvider, TokenBucket};
+pub use controllers_flag::{ControllerSelection, KnownController};
+pub use options::{FlagError, Options, parse_go_duration};
+pub use runtime::{
+    Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,
+};

@@ -186,13 +186,15 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn svc(spec_ranges: Option<Vec<&str>>, annotation: Option<&str>) -> Service {
-        let mut s = Service::default();
-        s.spec = Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            load_balancer_source_ranges: spec_ranges
-                .map(|r| r.into_iter().map(String::from).collect()),
+        let mut s = Service {
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                load_balancer_source_ranges: spec_ranges
+                    .map(|r| r.into_iter().map(String::from).collect()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         if let Some(a) = annotation {
             s.metadata.annotations = Some(BTreeMap::from([(
                 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES.to_owned(),

@@ -1,0 +1,380 @@
+//! An in-process Kubernetes API server for tests.
+//!
+//! [`ApiServer::start`] binds `127.0.0.1:0` and serves, over real HTTP, the resources a
+//! cloud-controller-manager uses: Nodes (and `/status`), Services (and `/status`), Namespaces,
+//! core/v1 and events.k8s.io/v1 Events (one storage, as in kube-apiserver),
+//! coordination.k8s.io/v1 Leases, ConfigMaps and Secrets. A `kube::Client` from
+//! [`ApiServer::client`] talks to it unchanged: watchers, reflectors, `Controller`s,
+//! `kube-lease-manager` and the events `Recorder` all work against it.
+//!
+//! It behaves like kube-apiserver where a controller can tell the difference:
+//!
+//! - **Reads**: get; list with `labelSelector`, `fieldSelector` (`metadata.name`,
+//!   `metadata.namespace` and the per-resource fields kube-apiserver indexes), `limit` and
+//!   `continue` (a consistent snapshot across pages); `PartialObjectMetadata` answers when asked.
+//! - **Watch**: one global resourceVersion counter; `resourceVersion` unset or `0` starts with
+//!   synthetic `ADDED` events for the current state, `resourceVersion=N` replays what happened
+//!   after `N`; a version older than the retained history gets an `ERROR` event carrying a
+//!   `410 Expired` `Status`; `allowWatchBookmarks` brings periodic `BOOKMARK`s;
+//!   `timeoutSeconds` ends the stream; `sendInitialEvents` ends the initial burst with the
+//!   `k8s.io/initial-events-end` bookmark. Label/field selector transitions turn `MODIFIED`
+//!   into `ADDED`/`DELETED` as the watch cache does.
+//! - **Writes**: create (`AlreadyExists`, `generateName`, uid, creationTimestamp,
+//!   resourceVersion), update (`409 Conflict` on a stale resourceVersion; PUT creates Leases and
+//!   Events when missing), delete (finalizers set `deletionTimestamp` and emit `MODIFIED`; the
+//!   object goes, with a `DELETED` event, when its last finalizer is removed), delete preconditions,
+//!   deletecollection, `dryRun=All`. A write that changes nothing keeps the resourceVersion and
+//!   emits no event.
+//! - **Patch**: JSON merge patch, JSON patch (a failed `test` is `422 Invalid`), strategic
+//!   merge patch with the merge keys of the Kubernetes types (Node `status.addresses` and
+//!   `status.conditions` by `type`, `metadata.finalizers` as a set, Service `spec.ports` by
+//!   `port`; `spec.taints` and `status.loadBalancer.ingress` are atomic) including the
+//!   `$patch`, `$retainKeys` and `$deleteFromPrimitiveList` directives, and server-side apply
+//!   with field ownership per manager (conflicts answer `409`, `force=true` takes ownership).
+//!   PATCH on a missing object is `404`, except apply, which creates it.
+//! - **Status subresource**: writes to Nodes and Services ignore `status`; writes to their
+//!   `/status` ignore `spec` (metadata changes are kept, as kube-apiserver's node and service
+//!   status strategies do).
+//! - **Validation** answered with `422 Invalid` and field causes: names, label keys and values,
+//!   annotation keys, finalizer names, `spec.providerID` set once and never changed, podCIDRs
+//!   set once, taint effects and duplicate taint key+effect pairs, Service ports, type,
+//!   `externalTrafficPolicy`, `loadBalancerClass` (immutable), clusterIP (immutable), Lease
+//!   durations. Services get their defaults (clusterIP, node ports, policies).
+//!   Node `spec.podCIDR`/`podCIDRs` are kept in step (valid CIDRs, one per family, set once);
+//!   Secrets get `type: Opaque` and have `stringData` folded into `data`; events.k8s.io/v1
+//!   Events need `eventTime`, `reportingController`, `reportingInstance`, `action` and `reason`.
+//! - **Errors** are `Status` objects with `reason`, `code` and `details` as kube-apiserver
+//!   words them; a `resourceVersion` from the future answers `504 Timeout`
+//!   (`ResourceVersionTooLarge`).
+//! - **Discovery**: `/api`, `/api/v1`, `/apis`, `/apis/<group>/v1` and `/version`, so
+//!   `kube::Discovery` and dynamic clients work.
+//!
+//! Test hooks: [`ApiServer::fail_next`] (with `Retry-After` for 429), [`ApiServer::set_latency`],
+//! [`ApiServer::close_watches`], [`ApiServer::compact`], [`ApiServer::set_bookmark_interval`],
+//! [`ApiServer::open_watches`] and the request log [`ApiServer::requests`].
+//!
+//! ```
+//! use ccm_testing::apiserver::ApiServer;
+//! use k8s_openapi::api::core::v1::Node;
+//! use kube::api::{Api, Patch, PatchParams, PostParams};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let server = ApiServer::start().await;
+//! let nodes: Api<Node> = Api::all(server.client());
+//! nodes
+//!     .create(&PostParams::default(), &ccm_testing::builders::kubelet_node("n1").build())
+//!     .await
+//!     .unwrap();
+//! // The next status patch of a Node fails with 409 Conflict.
+//! server.fail_next("patch", "nodes/status", 1, 409, None);
+//! let err = nodes
+//!     .patch_status("n1", &PatchParams::default(), &Patch::Merge(serde_json::json!({})))
+//!     .await
+//!     .unwrap_err();
+//! assert!(matches!(err, kube::Error::Api(s) if s.code == 409));
+//! assert_eq!(server.requests().last().map(|r| r.status), Some(409));
+//! # }
+//! ```
+//!
+//! Known simplifications: no authentication/authorization, no admission beyond namespace
+//! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
+//! followed), `metadata.managedFields` is not reported, `resourceVersionMatch=Exact` lists serve
+//! the current state, and lists within SSA ownership are owned as a whole.
+
+mod http;
+mod patch;
+mod resources;
+mod selector;
+mod state;
+mod status;
+mod validation;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use state::State;
+use status::ApiError;
+
+/// One request the server received, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Kubernetes verb: `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection` (or `unknown`).
+    pub verb: String,
+    /// HTTP method.
+    pub method: String,
+    /// URL path, e.g. `/api/v1/nodes/n1/status`.
+    pub path: String,
+    /// Raw query string (empty when none).
+    pub query: String,
+    /// API group (`""` for the core group).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Resource (plural), e.g. `nodes`; empty for non-resource paths.
+    pub resource: String,
+    /// Subresource, e.g. `status`.
+    pub subresource: Option<String>,
+    /// Namespace of the request, if namespaced.
+    pub namespace: Option<String>,
+    /// Object name, if the request names one.
+    pub name: Option<String>,
+    /// The request's `Content-Type` (patch type for PATCH).
+    pub content_type: Option<String>,
+    /// The request's `User-Agent`.
+    pub user_agent: Option<String>,
+    /// HTTP status code of the answer (200 for a watch that was opened).
+    pub status: u16,
+}
+
+#[derive(Debug)]
+struct FailRule {
+    verb: String,
+    resource: String,
+    remaining: usize,
+    status: u16,
+    retry_after: Option<Duration>,
+}
+
+/// Shared state of a running server.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    state: Mutex<State>,
+    requests: Mutex<Vec<RequestRecord>>,
+    faults: Mutex<Vec<FailRule>>,
+    latency: Mutex<Duration>,
+    bookmark_interval: Mutex<Duration>,
+    /// Open watch streams per resource (`nodes`, `leases.coordination.k8s.io`, ...).
+    open_watches: Mutex<std::collections::BTreeMap<String, usize>>,
+    close_tx: tokio::sync::watch::Sender<u64>,
+}
+
+/// Locks a mutex, going on after a panic in another holder (test state stays inspectable).
+pub(crate) fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    lock(m)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the data half-updated in a way tests could
+    // observe more harmfully than by stopping; keep serving.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Inner {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    pub(crate) fn latency(&self) -> Duration {
+        *lock(&self.latency)
+    }
+
+    pub(crate) fn bookmark_interval(&self) -> Duration {
+        *lock(&self.bookmark_interval)
+    }
+
+    pub(crate) fn close_rx(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.close_tx.subscribe()
+    }
+
+    pub(crate) fn watch_opened(&self, resource: &str) {
+        *lock(&self.open_watches)
+            .entry(resource.to_string())
+            .or_default() += 1;
+    }
+
+    pub(crate) fn watch_closed(&self, resource: &str) {
+        if let Some(n) = lock(&self.open_watches).get_mut(resource) {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    pub(crate) fn record(&self, r: RequestRecord) {
+        lock(&self.requests).push(r);
+    }
+
+    /// Consumes one matching `fail_next` rule, if any.
+    pub(crate) fn take_fault(&self, r: &RequestRecord) -> Option<ApiError> {
+        let mut faults = lock(&self.faults);
+        let resource = match &r.subresource {
+            Some(s) => format!("{}/{}", r.resource, s),
+            None => r.resource.clone(),
+        };
+        let rule = faults.iter_mut().find(|f| {
+            f.remaining > 0
+                && (f.verb == "*" || f.verb == r.verb)
+                && (f.resource == "*" || f.resource == resource)
+        })?;
+        rule.remaining -= 1;
+        let e = http::injected_error(rule.status, rule.retry_after);
+        faults.retain(|f| f.remaining > 0);
+        Some(e)
+    }
+}
+
+/// An in-process Kubernetes API server over loopback HTTP. See the [module docs](self).
+///
+/// Dropping it stops the server and ends its watches.
+pub struct ApiServer {
+    inner: Arc<Inner>,
+    addr: SocketAddr,
+    client: kube::Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Events kept for watch replay before older versions answer `410 Gone`.
+const HISTORY_CAPACITY: usize = 10_000;
+
+impl ApiServer {
+    /// Starts a server on `127.0.0.1:0`.
+    ///
+    /// # Panics
+    ///
+    /// If no loopback port can be bound (a broken test environment).
+    #[allow(clippy::expect_used)] // test harness: a machine without loopback cannot run tests
+    pub async fn start() -> ApiServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("ccm-testing ApiServer: binding 127.0.0.1:0");
+        let addr = listener
+            .local_addr()
+            .expect("ccm-testing ApiServer: reading the bound address");
+        let (close_tx, _) = tokio::sync::watch::channel(0u64);
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State::new(HISTORY_CAPACITY)),
+            requests: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+            latency: Mutex::new(Duration::ZERO),
+            bookmark_interval: Mutex::new(Duration::from_secs(5)),
+            open_watches: Mutex::new(std::collections::BTreeMap::new()),
+            close_tx,
+        });
+        let app = axum::Router::new()
+            .fallback(http::handle)
+            .with_state(inner.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "ccm-testing ApiServer stopped");
+            }
+        });
+        let url: axum::http::Uri = format!("http://{addr}")
+            .parse()
+            .expect("ccm-testing ApiServer: a socket address is a valid URI");
+        let client = kube::Client::try_from(kube::Config::new(url))
+            .expect("ccm-testing ApiServer: building a kube client for a plain http URL");
+        tracing::debug!(%addr, "ccm-testing ApiServer listening");
+        ApiServer {
+            inner,
+            addr,
+            client,
+            task,
+        }
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `kube::Client` for this server (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        lock(&self.inner.requests).clone()
+    }
+
+    /// Forgets the recorded requests.
+    pub fn clear_requests(&self) {
+        lock(&self.inner.requests).clear();
+    }
+
+    /// Answers the next `count` requests matching `verb` (`"get"`, `"list"`, `"watch"`,
+    /// `"create"`, `"update"`, `"patch"`, `"delete"`, `"deletecollection"` or `"*"`) and
+    /// `resource` (`"nodes"`, `"services/status"`, `"leases"`, or `"*"`) with `status`
+    /// and a `Status` body whose reason matches the code (429 `TooManyRequests`, 409
+    /// `Conflict`, 500 `InternalError`, ...). `retry_after` adds a `Retry-After` header
+    /// (whole seconds, rounded up). Note that kube's client retries 429, 503 and 504 by itself.
+    pub fn fail_next(
+        &self,
+        verb: &str,
+        resource: &str,
+        count: usize,
+        status: u16,
+        retry_after: Option<Duration>,
+    ) {
+        if count == 0 {
+            return;
+        }
+        lock(&self.inner.faults).push(FailRule {
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            remaining: count,
+            status,
+            retry_after,
+        });
+    }
+
+    /// Delays every request by `latency` before it is handled (zero turns it off).
+    pub fn set_latency(&self, latency: Duration) {
+        *lock(&self.inner.latency) = latency;
+    }
+
+    /// Sets how often watches that allow bookmarks get a `BOOKMARK` (default 5 s;
+    /// kube-apiserver sends one about every minute).
+    pub fn set_bookmark_interval(&self, interval: Duration) {
+        *lock(&self.inner.bookmark_interval) = interval.max(Duration::from_millis(10));
+    }
+
+    /// Ends every open watch stream (clients re-watch from their last resourceVersion).
+    pub fn close_watches(&self) {
+        self.inner.close_tx.send_modify(|g| *g += 1);
+    }
+
+    /// How many watch streams on `resource` are open (`"nodes"`, `"services"`,
+    /// `"leases.coordination.k8s.io"`, ...; `"*"` for all). A stream its client abandoned
+    /// counts until the server notices, at the next event or bookmark it tries to send.
+    pub fn open_watches(&self, resource: &str) -> usize {
+        let open = lock(&self.inner.open_watches);
+        if resource == "*" {
+            open.values().sum()
+        } else {
+            open.get(resource).copied().unwrap_or(0)
+        }
+    }
+
+    /// Forgets the event history and list snapshots: a watch from any earlier
+    /// resourceVersion, or a `continue` token issued before, now gets `410 Gone`.
+    pub fn compact(&self) {
+        self.inner.state().compact();
+    }
+
+    /// The current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.inner.state().current_rv()
+    }
+
+    /// The oldest resourceVersion a watch may start from without `410 Gone`.
+    pub fn oldest_watchable_version(&self) -> u64 {
+        self.inner.state().compacted_rv()
+    }
+}
+
+impl std::fmt::Debug for ApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServer")
+            .field("url", &self.url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.close_watches();
+        self.task.abort();
+    }
+}

@@ -1,0 +1,1267 @@
+//! The object store: one global resourceVersion counter, objects per resource as JSON, a
+//! bounded event history for watch replay, and a broadcast channel for live watches.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use rand::Rng;
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+
+use super::patch::{ManagedFields, conflict_error, strategic_merge};
+use super::resources::{RESOURCES, ResourceInfo};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, FieldError};
+use super::validation;
+
+/// Watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as stored in the history and broadcast to watches (storage representation).
+#[derive(Debug)]
+pub(crate) struct Change {
+    pub(crate) rv: u64,
+    pub(crate) storage: &'static str,
+    pub(crate) namespace: String,
+    pub(crate) kind: EventType,
+    pub(crate) object: Value,
+    /// The object before the change (for MODIFIED), to compute selector transitions.
+    pub(crate) old: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    obj: Value,
+    managed: ManagedFields,
+}
+
+type Key = (String, String);
+
+/// A snapshot kept for `continue` tokens.
+#[derive(Debug)]
+struct Snapshot {
+    rv: u64,
+    items: Vec<Value>,
+}
+
+/// The kind of write being made (for request semantics that differ per verb).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchType {
+    Merge,
+    Json,
+    Strategic,
+    Apply,
+}
+
+/// Parameters of a list or watch.
+#[derive(Debug, Default)]
+pub(crate) struct ListOptions {
+    pub(crate) labels: LabelSelector,
+    pub(crate) fields: FieldSelector,
+    pub(crate) limit: Option<usize>,
+    pub(crate) continue_token: Option<String>,
+}
+
+/// What a write returns: the object (resource representation) and whether it was created.
+#[derive(Debug)]
+pub(crate) struct WriteResult {
+    pub(crate) object: Value,
+    pub(crate) created: bool,
+}
+
+/// What a watch starts with: initial events, the live receiver, the resourceVersion at start.
+pub(crate) type WatchStart = (
+    Vec<(EventType, Value, u64)>,
+    broadcast::Receiver<Arc<Change>>,
+    u64,
+);
+
+/// The whole mutable state, behind one mutex.
+#[derive(Debug)]
+pub(crate) struct State {
+    rv: u64,
+    stores: BTreeMap<&'static str, BTreeMap<Key, Stored>>,
+    history: VecDeque<Arc<Change>>,
+    history_capacity: usize,
+    /// Watches may start at any resourceVersion >= this one.
+    compacted_rv: u64,
+    snapshots: HashMap<u64, Snapshot>,
+    next_snapshot: u64,
+    next_cluster_ip: u32,
+    next_node_port: i64,
+    pub(crate) tx: broadcast::Sender<Arc<Change>>,
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map_or_else(
+            |_| jiff::Timestamp::now().to_string(),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
+}
+
+fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata").and_then(Value::as_object)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = json!({});
+    }
+    match obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        Some(m) => m,
+        None => unreachable!("metadata was just made an object"),
+    }
+}
+
+fn meta_str<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
+    meta(obj).and_then(|m| m.get(key)).and_then(Value::as_str)
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn set_rv(obj: &mut Value, rv: u64) {
+    meta_mut(obj).insert("resourceVersion".into(), json!(rv.to_string()));
+}
+
+/// Compares two objects ignoring `metadata.resourceVersion` and `metadata.managedFields`.
+fn same_content(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+            m.remove("managedFields");
+            for k in ["labels", "annotations", "finalizers"] {
+                let empty = m.get(k).is_some_and(|x| {
+                    x.as_object().is_some_and(Map::is_empty)
+                        || x.as_array().is_some_and(Vec::is_empty)
+                });
+                if empty {
+                    m.remove(k);
+                }
+            }
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
+const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+impl State {
+    pub(crate) fn new(history_capacity: usize) -> Self {
+        let (tx, _) = broadcast::channel(65_536);
+        let mut s = State {
+            rv: 1,
+            stores: BTreeMap::new(),
+            history: VecDeque::new(),
+            history_capacity,
+            compacted_rv: 0,
+            snapshots: HashMap::new(),
+            next_snapshot: 1,
+            next_cluster_ip: 10,
+            next_node_port: 30_000,
+            tx,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            if let Some(info) = RESOURCES.iter().find(|r| r.plural == "namespaces") {
+                let obj = json!({"metadata": {"name": ns}});
+                if let Err(e) = s.create(info, None, obj, "kube-apiserver", false) {
+                    tracing::error!(error = ?e, "creating built-in namespace");
+                }
+            }
+        }
+        s
+    }
+
+    pub(crate) fn current_rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Drops the whole event history and every list snapshot: watches and `continue` tokens
+    /// from before now get `410 Gone`.
+    pub(crate) fn compact(&mut self) {
+        self.history.clear();
+        self.compacted_rv = self.rv;
+        self.snapshots.clear();
+    }
+
+    fn store(&mut self, info: &ResourceInfo) -> &mut BTreeMap<Key, Stored> {
+        self.stores.entry(info.storage).or_default()
+    }
+
+    fn emit(&mut self, change: Change) {
+        let change = Arc::new(change);
+        self.history.push_back(change.clone());
+        while self.history.len() > self.history_capacity {
+            if let Some(old) = self.history.pop_front() {
+                self.compacted_rv = old.rv;
+            }
+        }
+        // No receivers is fine.
+        let _ = self.tx.send(change);
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn namespace_phase(&self, ns: &str) -> Option<bool> {
+        self.stores
+            .get("namespaces")
+            .and_then(|s| s.get(&(String::new(), ns.to_string())))
+            .map(|n| meta(&n.obj).is_some_and(|m| m.contains_key("deletionTimestamp")))
+    }
+
+    fn check_namespace(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        creating: bool,
+    ) -> Result<(), ApiError> {
+        match self.namespace_phase(ns) {
+            None => Err(ApiError::namespace_not_found(ns)),
+            Some(true) if creating => Err(ApiError {
+                details: Some(json!({"name": ns, "kind": info.plural})),
+                ..ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                        info.qualified()
+                    ),
+                )
+            }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    pub(crate) fn get(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        self.stores
+            .get(info.storage)
+            .and_then(|s| s.get(&key))
+            .map(|s| with_type_meta(info, info.present(&s.obj)))
+            .ok_or_else(|| ApiError::not_found(info, name))
+    }
+
+    fn matching(&self, info: &ResourceInfo, ns: Option<&str>, opts: &ListOptions) -> Vec<Value> {
+        let Some(store) = self.stores.get(info.storage) else {
+            return Vec::new();
+        };
+        store
+            .iter()
+            .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
+            .filter(|(_, s)| opts.fields.matches(info, &s.obj))
+            .map(|(_, s)| info.present(&s.obj))
+            .filter(|o| opts.labels.matches(o))
+            .collect()
+    }
+
+    /// A list response (kind `<Kind>List`).
+    pub(crate) fn list(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<Value, ApiError> {
+        let (rv, items, offset) = match &opts.continue_token {
+            Some(token) => {
+                let (id, offset) = parse_continue(token)?;
+                let snap = self.snapshots.get(&id).ok_or_else(|| {
+                    ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                    )
+                })?;
+                (snap.rv, snap.items.clone(), offset)
+            }
+            None => (self.rv, self.matching(info, ns, opts), 0),
+        };
+        let total = items.len();
+        let end = match opts.limit {
+            Some(l) if l > 0 => (offset + l).min(total),
+            _ => total,
+        };
+        let page: Vec<Value> = items
+            .get(offset..end)
+            .map(<[Value]>::to_vec)
+            .unwrap_or_default();
+        let mut metadata = json!({ "resourceVersion": rv.to_string() });
+        if end < total {
+            let id = match &opts.continue_token {
+                Some(token) => parse_continue(token)?.0,
+                None => {
+                    let id = self.next_snapshot;
+                    self.next_snapshot += 1;
+                    self.snapshots.insert(id, Snapshot { rv, items });
+                    id
+                }
+            };
+            metadata["continue"] = json!(format!("{id}-{end}"));
+            metadata["remainingItemCount"] = json!(total - end);
+        } else if let Some(token) = &opts.continue_token {
+            let (id, _) = parse_continue(token)?;
+            self.snapshots.remove(&id);
+        }
+        Ok(json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": metadata,
+            "items": page,
+        }))
+    }
+
+    /// The initial events of a watch, and a receiver for the live ones, taken atomically.
+    ///
+    /// `rv`: `None` or `"0"` starts with synthetic ADDED events for the current state;
+    /// `Some(n)` replays the history after `n`, or fails with 410 Expired if compacted.
+    pub(crate) fn watch(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        rv: Option<u64>,
+        send_initial: bool,
+    ) -> Result<WatchStart, ApiError> {
+        let rx = self.tx.subscribe();
+        let mut initial = Vec::new();
+        match rv {
+            Some(n) if n != 0 && !send_initial => {
+                if n > self.rv {
+                    return Err(too_large(n, self.rv));
+                }
+                if n < self.compacted_rv {
+                    return Err(ApiError::expired(format!(
+                        "too old resource version: {n} ({})",
+                        self.compacted_rv + 1
+                    )));
+                }
+                for c in self.history.iter().filter(|c| c.rv > n) {
+                    if let Some(ev) = filter_change(info, ns, opts, c) {
+                        initial.push((ev.0, ev.1, c.rv));
+                    }
+                }
+            }
+            _ => {
+                for obj in self.matching(info, ns, opts) {
+                    let orv = meta_str(&obj, "resourceVersion")
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(self.rv);
+                    initial.push((EventType::Added, with_type_meta(info, obj), orv));
+                }
+            }
+        }
+        Ok((initial, rx, self.rv))
+    }
+
+    pub(crate) fn compacted_rv(&self) -> u64 {
+        self.compacted_rv
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// POST: create an object.
+    pub(crate) fn create(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        mut obj: Value,
+        manager: &str,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        check_type_meta(info, &obj)?;
+        let ns = ns.unwrap_or_default().to_string();
+        if info.namespaced {
+            self.check_namespace(info, &ns, true)?;
+            match meta_str(&obj, "namespace") {
+                Some(n) if !n.is_empty() && n != ns => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::new(
+                500,
+                "InternalError",
+                "Internal error occurred: resourceVersion should not be set on objects to be created",
+            ));
+        }
+        let name = match meta_str(&obj, "name").filter(|s| !s.is_empty()) {
+            Some(n) => n.to_string(),
+            None => match meta_str(&obj, "generateName").filter(|s| !s.is_empty()) {
+                Some(prefix) => {
+                    let mut rng = rand::rng();
+                    let prefix: String = prefix.chars().take(58).collect();
+                    let suffix: String = (0..5)
+                        .map(|_| GENERATE_CHARS[rng.random_range(0..GENERATE_CHARS.len())] as char)
+                        .collect();
+                    format!("{prefix}{suffix}")
+                }
+                None => {
+                    return Err(ApiError::invalid(
+                        info,
+                        "",
+                        &[FieldError::required(
+                            "metadata.name",
+                            "name or generateName is required",
+                        )],
+                    ));
+                }
+            },
+        };
+        {
+            let m = meta_mut(&mut obj);
+            m.insert("name".into(), json!(name));
+            if info.namespaced {
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(now_rfc3339()));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("managedFields");
+            m.remove("generation");
+            if info.storage == "services" {
+                m.insert("generation".into(), json!(1));
+            }
+        }
+        let mut stored = info.to_storage(&obj);
+        self.prepare_create(info, &mut stored);
+        let mut errs = validate(info, &stored, None);
+        if info.group == "events.k8s.io" {
+            errs.extend(validation::validate_events_v1_create(&obj));
+        }
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(info, &name, &errs));
+        }
+        let key = (ns.clone(), name.clone());
+        if self.store(info).contains_key(&key) {
+            return Err(ApiError::already_exists(info, &name));
+        }
+        let mut managed = ManagedFields::default();
+        managed.record_update(manager, None, &stored);
+        if dry_run {
+            set_rv(&mut stored, self.rv);
+            return Ok(WriteResult {
+                object: with_type_meta(info, info.present(&stored)),
+                created: true,
+            });
+        }
+        let rv = self.next_rv();
+        set_rv(&mut stored, rv);
+        self.store(info).insert(
+            key,
+            Stored {
+                obj: stored.clone(),
+                managed,
+            },
+        );
+        self.emit(Change {
+            rv,
+            storage: info.storage,
+            namespace: ns,
+            kind: EventType::Added,
+            object: stored.clone(),
+            old: None,
+        });
+        Ok(WriteResult {
+            object: with_type_meta(info, info.present(&stored)),
+            created: true,
+        })
+    }
+
+    /// Resource-specific defaults on create (status reset, allocated values).
+    fn prepare_create(&mut self, info: &ResourceInfo, obj: &mut Value) {
+        match info.storage {
+            "services" => {
+                if let Some(o) = obj.as_object_mut() {
+                    o.insert("status".into(), json!({"loadBalancer": {}}));
+                    o.entry("spec").or_insert(json!({}));
+                }
+                let ip = format!(
+                    "10.96.{}.{}",
+                    (self.next_cluster_ip / 250) % 250,
+                    self.next_cluster_ip % 250 + 1
+                );
+                self.next_cluster_ip += 1;
+                let mut port = self.next_node_port;
+                validation::default_service(obj, &ip, || {
+                    let p = port;
+                    port += 1;
+                    p
+                });
+                self.next_node_port = port;
+                if self.next_node_port > 32_767 {
+                    self.next_node_port = 30_000;
+                }
+            }
+            "secrets" => secret_defaults(obj),
+            "nodes" => validation::normalize_pod_cidrs(obj),
+            "namespaces" => {
+                let name = meta_str(obj, "name").unwrap_or_default().to_string();
+                let m = meta_mut(obj);
+                let labels = m.entry("labels").or_insert(json!({}));
+                labels["kubernetes.io/metadata.name"] = json!(name);
+                if let Some(o) = obj.as_object_mut() {
+                    o.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
+                    o.insert("status".into(), json!({"phase": "Active"}));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// PUT: replace an object (main resource or `status`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        obj: Value,
+        manager: &str,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request must be a JSON object",
+            ));
+        }
+        check_type_meta(info, &obj)?;
+        match meta_str(&obj, "name") {
+            Some(n) if n == name => {}
+            Some(n) if !n.is_empty() => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({n}) does not match the name on the URL ({name})"
+                )));
+            }
+            _ => {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object () does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        if info.namespaced
+            && let Some(n) = meta_str(&obj, "namespace").filter(|n| !n.is_empty())
+            && Some(n) != ns
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        if !self.store(info).contains_key(&key) {
+            if info.create_on_update && subresource.is_none() {
+                let mut obj = obj;
+                meta_mut(&mut obj).remove("resourceVersion");
+                return self.create(info, ns, obj, manager, dry_run);
+            }
+            if info.namespaced {
+                self.check_namespace(info, &key.0, false)?;
+            }
+            return Err(ApiError::not_found(info, name));
+        }
+        self.write(info, key, subresource, obj, manager, None, dry_run)
+    }
+
+    /// PATCH: patch an object (main resource or `status`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn patch(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        patch_type: PatchType,
+        body: Value,
+        manager: &str,
+        force: bool,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        let existing = self.store(info).get(&key).cloned();
+        let Some(existing) = existing else {
+            if patch_type == PatchType::Apply && subresource.is_none() {
+                let mut managed = ManagedFields::default();
+                let mut base = json!({"metadata": {"name": name}});
+                if info.namespaced {
+                    base["metadata"]["namespace"] = json!(key.0);
+                }
+                let obj = managed
+                    .apply(manager, None, &merge_into(base, &body), force)
+                    .map_err(|c| conflict_error(info, name, &c))?;
+                let res = self.create(info, ns, obj, manager, dry_run)?;
+                if !dry_run && let Some(s) = self.store(info).get_mut(&key) {
+                    s.managed = managed;
+                }
+                return Ok(res);
+            }
+            if info.namespaced {
+                self.check_namespace(info, &key.0, false)?;
+            }
+            return Err(ApiError::not_found(info, name));
+        };
+        let current = with_type_meta(info, info.present(&existing.obj));
+        let mut managed = existing.managed.clone();
+        let patched = match patch_type {
+            PatchType::Merge => {
+                if !body.is_object() {
+                    return Err(ApiError::bad_request(
+                        "the body of a merge patch must be a JSON object",
+                    ));
+                }
+                let mut doc = current.clone();
+                json_patch::merge(&mut doc, &body);
+                doc
+            }
+            PatchType::Json => {
+                let ops: json_patch::Patch = serde_json::from_value(body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+                let mut doc = current.clone();
+                // kube-apiserver: NewGenericServerResponse(422, ...) with the patch error as
+                // the cause.
+                json_patch::patch(&mut doc, &ops).map_err(|e| ApiError {
+                    details: Some(json!({
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": e.to_string()}]
+                    })),
+                    ..ApiError::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                    )
+                })?;
+                doc
+            }
+            PatchType::Strategic => {
+                let mut doc = current.clone();
+                strategic_merge(info.storage, &mut doc, body)?;
+                doc
+            }
+            PatchType::Apply => {
+                // Apply configurations address the main resource's fields; the conflict check
+                // runs on the resource representation.
+                let applied = managed
+                    .apply(manager, Some(&current), &body, force)
+                    .map_err(|c| conflict_error(info, name, &c))?;
+                let mut applied = applied;
+                // Apply never carries a resourceVersion precondition unless the config has one.
+                if meta_str(&body, "resourceVersion").is_none()
+                    && let Some(rv) = meta_str(&current, "resourceVersion")
+                {
+                    meta_mut(&mut applied).insert("resourceVersion".into(), json!(rv));
+                }
+                applied
+            }
+        };
+        if !patched.is_object() {
+            return Err(ApiError::bad_request(
+                "the patched object is not a JSON object",
+            ));
+        }
+        // A patch may not rename or move the object.
+        if meta_str(&patched, "name") != Some(name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta_str(&patched, "name").unwrap_or_default()
+            )));
+        }
+        let manager_for_update = if patch_type == PatchType::Apply {
+            None
+        } else {
+            Some(manager)
+        };
+        self.write(
+            info,
+            key,
+            subresource,
+            patched,
+            manager_for_update.unwrap_or(manager),
+            if patch_type == PatchType::Apply {
+                Some(managed)
+            } else {
+                None
+            },
+            dry_run,
+        )
+    }
+
+    /// The shared tail of update and patch: preconditions, subresource semantics, validation,
+    /// no-op detection, finalizer-driven removal, commit.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &mut self,
+        info: &ResourceInfo,
+        key: Key,
+        subresource: Option<&str>,
+        new: Value,
+        manager: &str,
+        applied_managed: Option<ManagedFields>,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        let name = key.1.clone();
+        let Some(old_stored) = self.store(info).get(&key).cloned() else {
+            return Err(ApiError::not_found(info, &name));
+        };
+        let old = old_stored.obj.clone();
+        let old_rv = meta_str(&old, "resourceVersion")
+            .unwrap_or_default()
+            .to_string();
+        if let Some(rv) = meta_str(&new, "resourceVersion").filter(|s| !s.is_empty())
+            && rv != old_rv
+        {
+            return Err(ApiError::stale(info, &name));
+        }
+        let old_uid = meta_str(&old, "uid").unwrap_or_default().to_string();
+        if let Some(uid) = meta_str(&new, "uid").filter(|s| !s.is_empty())
+            && uid != old_uid
+        {
+            return Err(ApiError::conflict(
+                info,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {old_uid}"
+                ),
+            ));
+        }
+        let mut new = info.to_storage(&new);
+        // Metadata the client may not change.
+        {
+            let old_meta = meta(&old).cloned().unwrap_or_default();
+            let m = meta_mut(&mut new);
+            for k in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "namespace",
+                "name",
+            ] {
+                match old_meta.get(k) {
+                    Some(v) => {
+                        m.insert(k.into(), v.clone());
+                    }
+                    None => {
+                        m.remove(k);
+                    }
+                }
+            }
+            m.remove("managedFields");
+            m.remove("resourceVersion");
+        }
+        // Status subresource semantics.
+        if info.status_subresource {
+            let keep = if subresource == Some("status") {
+                "spec"
+            } else {
+                "status"
+            };
+            if let Some(o) = new.as_object_mut() {
+                match old.get(keep) {
+                    Some(v) => {
+                        o.insert(keep.into(), v.clone());
+                    }
+                    None => {
+                        o.remove(keep);
+                    }
+                }
+            }
+        }
+        if info.storage == "secrets" {
+            secret_defaults(&mut new);
+        }
+        if info.storage == "nodes" {
+            validation::normalize_pod_cidrs(&mut new);
+        }
+        if info.storage == "services" && subresource.is_none() {
+            validation::keep_allocated_service_values(&mut new, &old);
+            if new.get("spec") != old.get("spec") {
+                let g = meta(&old)
+                    .and_then(|m| m.get("generation"))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+            }
+        }
+        // No new finalizers on an object being deleted.
+        let terminating = meta(&old).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        if terminating {
+            let old_f = finalizers(&old);
+            let added: Vec<String> = finalizers(&new)
+                .into_iter()
+                .filter(|f| !old_f.contains(f))
+                .collect();
+            if !added.is_empty() {
+                return Err(ApiError::invalid(
+                    info,
+                    &name,
+                    &[FieldError::forbidden(
+                        "metadata.finalizers",
+                        &format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                            added
+                                .iter()
+                                .map(|f| format!("{f:?}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )],
+                ));
+            }
+        }
+        let errs = validate(info, &new, Some(&old));
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(info, &name, &errs));
+        }
+        let managed = match applied_managed {
+            Some(m) => m,
+            None => {
+                let mut m = old_stored.managed.clone();
+                m.record_update(manager, Some(&old), &new);
+                m
+            }
+        };
+        // A write that changes nothing is not persisted (no new resourceVersion, no event).
+        if same_content(&old, &new) {
+            if let Some(s) = self.store(info).get_mut(&key) {
+                s.managed = managed;
+            }
+            return Ok(WriteResult {
+                object: with_type_meta(info, info.present(&old)),
+                created: false,
+            });
+        }
+        if dry_run {
+            set_rv(&mut new, self.rv);
+            return Ok(WriteResult {
+                object: with_type_meta(info, info.present(&new)),
+                created: false,
+            });
+        }
+        let rv = self.next_rv();
+        set_rv(&mut new, rv);
+        if terminating && finalizers(&new).is_empty() {
+            self.store(info).remove(&key);
+            self.emit(Change {
+                rv,
+                storage: info.storage,
+                namespace: key.0.clone(),
+                kind: EventType::Deleted,
+                object: new.clone(),
+                old: Some(old),
+            });
+            self.after_removal(info, &key.0);
+        } else {
+            self.store(info).insert(
+                key.clone(),
+                Stored {
+                    obj: new.clone(),
+                    managed,
+                },
+            );
+            self.emit(Change {
+                rv,
+                storage: info.storage,
+                namespace: key.0.clone(),
+                kind: EventType::Modified,
+                object: new.clone(),
+                old: Some(old),
+            });
+        }
+        Ok(WriteResult {
+            object: with_type_meta(info, info.present(&new)),
+            created: false,
+        })
+    }
+
+    /// DELETE. Returns the object and whether it is gone (false: finalizers keep it).
+    pub(crate) fn delete(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        options: &Value,
+        dry_run: bool,
+    ) -> Result<(Value, bool), ApiError> {
+        let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        let Some(stored) = self.store(info).get(&key).cloned() else {
+            return Err(ApiError::not_found(info, name));
+        };
+        let obj = stored.obj;
+        if let Some(uid) = options
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+        {
+            let actual = meta_str(&obj, "uid").unwrap_or_default();
+            if uid != actual {
+                return Err(ApiError::conflict(
+                    info,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if let Some(rv) = options
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            let actual = meta_str(&obj, "resourceVersion").unwrap_or_default();
+            if rv != actual {
+                return Err(ApiError::conflict(
+                    info,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if dry_run {
+            return Ok((with_type_meta(info, info.present(&obj)), false));
+        }
+        let is_namespace = info.storage == "namespaces";
+        if !finalizers(&obj).is_empty() || is_namespace {
+            if meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                return Ok((with_type_meta(info, info.present(&obj)), false));
+            }
+            let mut new = obj.clone();
+            {
+                let m = meta_mut(&mut new);
+                m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+            if is_namespace {
+                new["status"] = json!({"phase": "Terminating"});
+            }
+            let rv = self.next_rv();
+            set_rv(&mut new, rv);
+            if let Some(s) = self.store(info).get_mut(&key) {
+                s.obj = new.clone();
+            }
+            self.emit(Change {
+                rv,
+                storage: info.storage,
+                namespace: key.0.clone(),
+                kind: EventType::Modified,
+                object: new.clone(),
+                old: Some(obj),
+            });
+            if is_namespace {
+                // Play the namespace controller: delete the content, then the namespace.
+                self.purge_namespace(name);
+                let gone = !self.store(info).contains_key(&key);
+                return Ok((with_type_meta(info, info.present(&new)), gone));
+            }
+            return Ok((with_type_meta(info, info.present(&new)), false));
+        }
+        let rv = self.next_rv();
+        let mut gone = obj.clone();
+        set_rv(&mut gone, rv);
+        self.store(info).remove(&key);
+        self.emit(Change {
+            rv,
+            storage: info.storage,
+            namespace: key.0.clone(),
+            kind: EventType::Deleted,
+            object: gone.clone(),
+            old: Some(obj),
+        });
+        self.after_removal(info, &key.0);
+        Ok((with_type_meta(info, info.present(&gone)), true))
+    }
+
+    /// Deletes every object in a terminating namespace; removes the namespace when empty.
+    fn purge_namespace(&mut self, ns: &str) {
+        for info in RESOURCES.iter().filter(|r| r.namespaced) {
+            // events.k8s.io shares the core events storage; visit each storage once.
+            if info.group == "events.k8s.io" {
+                continue;
+            }
+            let keys: Vec<Key> = self
+                .stores
+                .get(info.storage)
+                .map(|s| s.keys().filter(|(n, _)| n == ns).cloned().collect())
+                .unwrap_or_default();
+            for (n, name) in keys {
+                if let Err(e) = self.delete(info, Some(&n), &name, &Value::Null, false) {
+                    tracing::warn!(error = ?e, "deleting namespace content");
+                }
+            }
+        }
+        self.finish_namespace(ns);
+    }
+
+    fn after_removal(&mut self, info: &ResourceInfo, ns: &str) {
+        if info.namespaced && self.namespace_phase(ns) == Some(true) {
+            self.finish_namespace(ns);
+        }
+    }
+
+    fn finish_namespace(&mut self, ns: &str) {
+        let remaining = RESOURCES
+            .iter()
+            .filter(|r| r.namespaced)
+            .filter_map(|r| self.stores.get(r.storage))
+            .any(|s| s.keys().any(|(n, _)| n == ns));
+        if remaining {
+            return;
+        }
+        let key = (String::new(), ns.to_string());
+        let Some(info) = RESOURCES.iter().find(|r| r.storage == "namespaces") else {
+            return;
+        };
+        if let Some(stored) = self.store(info).remove(&key) {
+            let rv = self.next_rv();
+            let mut gone = stored.obj.clone();
+            if let Some(o) = gone.as_object_mut() {
+                o.insert("spec".into(), json!({}));
+            }
+            set_rv(&mut gone, rv);
+            self.emit(Change {
+                rv,
+                storage: "namespaces",
+                namespace: String::new(),
+                kind: EventType::Deleted,
+                object: gone,
+                old: Some(stored.obj),
+            });
+        }
+    }
+
+    /// DELETE on a collection: deletes every matching object.
+    pub(crate) fn delete_collection(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let items = self.matching(info, ns, opts);
+        let mut out = Vec::new();
+        for item in items {
+            let n = meta_str(&item, "namespace").map(str::to_string);
+            let name = meta_str(&item, "name").unwrap_or_default().to_string();
+            let (obj, _) = self.delete(info, n.as_deref(), &name, &Value::Null, dry_run)?;
+            out.push(obj);
+        }
+        Ok(json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": { "resourceVersion": self.rv.to_string() },
+            "items": out,
+        }))
+    }
+}
+
+/// Secret defaulting: `type: Opaque`, and `stringData` folded into `data` (base64), as
+/// kube-apiserver does on every write.
+fn secret_defaults(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    o.entry("type").or_insert(json!("Opaque"));
+    if let Some(Value::Object(string_data)) = o.remove("stringData") {
+        let data = o.entry("data").or_insert(json!({}));
+        for (k, v) in string_data {
+            if let Some(s) = v.as_str() {
+                data[k] = json!(base64_encode(s.as_bytes()));
+            }
+        }
+    }
+}
+
+/// Standard base64 with padding. Hand-written: a dozen lines do not justify a dependency.
+fn base64_encode(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Deep-merges `patch` into `base` (objects merge, other values replace).
+fn merge_into(mut base: Value, patch: &Value) -> Value {
+    json_patch::merge(&mut base, patch);
+    base
+}
+
+/// kube-apiserver's answer to a resourceVersion from the future (after its 3 s wait).
+pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
+    ApiError {
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1
+        })),
+        ..ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        )
+    }
+}
+
+fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {
+    let bad = || ApiError::bad_request(format!("continue key is not valid: {token:?}"));
+    let (id, off) = token.split_once('-').ok_or_else(bad)?;
+    Ok((
+        id.parse().map_err(|_| bad())?,
+        off.parse().map_err(|_| bad())?,
+    ))
+}
+
+fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    if let Some(kind) = obj.get("kind").and_then(Value::as_str)
+        && !kind.is_empty()
+        && kind != info.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            info.kind
+        )));
+    }
+    if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+        && !av.is_empty()
+        && av != info.api_version()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            info.api_version()
+        )));
+    }
+    Ok(())
+}
+
+/// Sets `kind` and `apiVersion` of a single object in a response.
+pub(crate) fn with_type_meta(info: &ResourceInfo, mut obj: Value) -> Value {
+    if let Some(o) = obj.as_object_mut() {
+        o.insert("kind".into(), json!(info.kind));
+        o.insert("apiVersion".into(), json!(info.api_version()));
+    }
+    obj
+}
+
+fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errs = validation::validate_meta(info, obj);
+    match info.storage {
+        "nodes" => {
+            errs.extend(validation::validate_pod_cidrs(obj));
+            errs.extend(validation::validate_node(obj));
+            if let Some(old) = old {
+                errs.extend(validation::validate_node_update(obj, old));
+            }
+        }
+        "services" => {
+            errs.extend(validation::validate_service(obj));
+            errs.extend(validation::validate_service_status(obj));
+            if let Some(old) = old {
+                errs.extend(validation::validate_service_update(obj, old));
+            }
+        }
+        "leases" => errs.extend(validation::validate_lease(obj)),
+        _ => {}
+    }
+    errs
+}
+
+/// Filters a change for one watch: selector transitions become ADDED / DELETED as
+/// kube-apiserver's watch cache does. Returns the event in the watched resource's form.
+pub(crate) fn filter_change(
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    opts: &ListOptions,
+    c: &Change,
+) -> Option<(EventType, Value)> {
+    if c.storage != info.storage {
+        return None;
+    }
+    if let Some(ns) = ns
+        && ns != c.namespace
+    {
+        return None;
+    }
+    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(&info.present(o));
+    let now = matches(&c.object);
+    let before = c.old.as_ref().is_some_and(matches);
+    let kind = match c.kind {
+        EventType::Added if now => EventType::Added,
+        EventType::Deleted if before || now => EventType::Deleted,
+        EventType::Modified if now && before => EventType::Modified,
+        EventType::Modified if now => EventType::Added,
+        EventType::Modified if before => EventType::Deleted,
+        _ => return None,
+    };
+    Some((kind, with_type_meta(info, info.present(&c.object))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+    }
+}

@@ -1,0 +1,411 @@
+//! The configuration of [`FakeCloud`](super::FakeCloud): the serde schema read from
+//! `--cloud-config` and the faults that can be injected.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Every operation name [`FakeCloud`](super::FakeCloud) counts, logs and accepts faults and
+/// latency overrides for: the snake_case name of the trait method.
+pub const OPERATIONS: &[&str] = &[
+    // InstancesV2
+    "instance_exists",
+    "instance_shutdown",
+    "instance_metadata",
+    // Instances (v1)
+    "node_addresses",
+    "node_addresses_by_provider_id",
+    "instance_id",
+    "instance_type",
+    "instance_type_by_provider_id",
+    "add_ssh_key_to_all_instances",
+    "current_node_name",
+    "instance_exists_by_provider_id",
+    "instance_shutdown_by_provider_id",
+    // Zones
+    "get_zone",
+    "get_zone_by_provider_id",
+    "get_zone_by_node_name",
+    // LoadBalancer
+    "get_load_balancer",
+    "ensure_load_balancer",
+    "update_load_balancer",
+    "ensure_load_balancer_deleted",
+    // Routes
+    "list_routes",
+    "create_route",
+    "delete_route",
+    // Clusters
+    "list_clusters",
+    "master",
+    // CloudProvider
+    "initialize",
+];
+
+/// Whether `op` is one of [`OPERATIONS`].
+pub(crate) fn is_operation(op: &str) -> bool {
+    OPERATIONS.contains(&op)
+}
+
+/// The configuration of a [`FakeCloud`](super::FakeCloud), as read from `--cloud-config` (YAML
+/// or JSON, see [`ccm_core::parse_cloud_config`]) or built with
+/// [`FakeCloud::builder`](super::FakeCloud::builder).
+///
+/// Every field has a default, so an empty file is a valid configuration. Unknown fields are
+/// rejected. The schema with every field is documented, with a sample, in the
+/// [module documentation](super).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FakeCloudConfig {
+    /// Delay added to every call before it takes effect, in milliseconds (default 0).
+    pub latency_ms: u64,
+    /// Per-operation delay overrides in milliseconds, keyed by operation name
+    /// ([`OPERATIONS`]); they replace `latency_ms` for that operation.
+    pub operation_latency_ms: BTreeMap<String, u64>,
+    /// The zone of every instance (default `zone-a`).
+    pub zone: String,
+    /// The region of every instance (default `region-1`).
+    pub region: String,
+    /// The instance type of every instance (default `fake-small`).
+    pub instance_type: String,
+    /// Also report an `ExternalIP` for every instance, derived stably from the node name in
+    /// `198.18.0.0/15` (default false).
+    pub external_ip: bool,
+    /// Extra labels reported in every instance's metadata (default none).
+    pub additional_labels: BTreeMap<String, String>,
+    /// Regular expressions matched against the whole node name: matching instances do not
+    /// exist (`instance_exists` answers `Ok(false)`, lookups answer `InstanceNotFound`).
+    pub missing_nodes: Vec<String>,
+    /// Regular expressions matched against the whole node name: matching instances exist but
+    /// are shut down. `missing_nodes` wins when both match.
+    pub shutdown_nodes: Vec<String>,
+    /// The ingress IP of every load balancer (default `203.0.113.10`); ignored when
+    /// `lb_hostname` is set.
+    pub lb_ip: String,
+    /// When set, load balancers report this ingress hostname instead of an IP.
+    pub lb_hostname: Option<String>,
+    /// When true, `list_routes` sets `enable_node_addresses` on every route, so the route
+    /// controller compares `target_node_addresses` with the Node's addresses (default false).
+    pub track_node_addresses: bool,
+    /// The cluster names `list_clusters` reports (default `["kubernetes"]`).
+    pub clusters: Vec<String>,
+    /// Which capabilities the provider offers.
+    pub capabilities: Capabilities,
+    /// Faults armed at start, keyed by operation name ([`OPERATIONS`]).
+    pub faults: BTreeMap<String, Vec<Fault>>,
+}
+
+impl Default for FakeCloudConfig {
+    fn default() -> Self {
+        FakeCloudConfig {
+            latency_ms: 0,
+            operation_latency_ms: BTreeMap::new(),
+            zone: "zone-a".into(),
+            region: "region-1".into(),
+            instance_type: "fake-small".into(),
+            external_ip: false,
+            additional_labels: BTreeMap::new(),
+            missing_nodes: Vec::new(),
+            shutdown_nodes: Vec::new(),
+            lb_ip: "203.0.113.10".into(),
+            lb_hostname: None,
+            track_node_addresses: false,
+            clusters: vec!["kubernetes".into()],
+            capabilities: Capabilities::default(),
+            faults: BTreeMap::new(),
+        }
+    }
+}
+
+/// Which capabilities a [`FakeCloud`](super::FakeCloud) offers. A capability switched off makes
+/// the matching [`CloudProvider`](ccm_core::CloudProvider) method return `None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Capabilities {
+    /// [`InstancesV2`](ccm_core::InstancesV2) (default true).
+    pub instances_v2: bool,
+    /// The legacy v1 [`Instances`](ccm_core::Instances) (default false).
+    pub instances: bool,
+    /// The legacy [`Zones`](ccm_core::Zones) (default false).
+    pub zones: bool,
+    /// [`LoadBalancer`](ccm_core::LoadBalancer) (default true).
+    pub load_balancer: bool,
+    /// [`Routes`](ccm_core::Routes) (default true).
+    pub routes: bool,
+    /// [`Clusters`](ccm_core::Clusters) (default true).
+    pub clusters: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities {
+            instances_v2: true,
+            instances: false,
+            zones: false,
+            load_balancer: true,
+            routes: true,
+            clusters: true,
+        }
+    }
+}
+
+/// A fault injected into one operation of a [`FakeCloud`](super::FakeCloud).
+///
+/// Several faults can be armed on one operation; on each call they are consulted in the order
+/// they were armed and the first that fires decides the answer. Faults with a count are removed
+/// once used up; the others stay until [`FakeCloud::clear_faults`](super::FakeCloud::clear_faults).
+/// A faulted call is counted and logged like any other, has its latency, and changes nothing.
+///
+/// In the config file (`faults:`), the variants are written `fail_next: 2`,
+/// `fail_with_probability: {p: 0.5, seed: 7}`, `retry: {after_ms: 1500, count: 1}`,
+/// `not_implemented` and `instance_not_found`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Fault {
+    /// The next N calls fail with [`CloudError::Other`](ccm_core::CloudError::Other)
+    /// (`fake cloud: injected failure of <operation>`).
+    FailNext(usize),
+    /// Every call fails with probability `p` (0.0 to 1.0), drawn from a generator seeded with
+    /// `seed`: the same sequence of calls fails the same way on every run and platform.
+    FailWithProbability {
+        /// Probability that a call fails.
+        p: f64,
+        /// Seed of the random generator.
+        seed: u64,
+    },
+    /// The next `count` calls answer [`CloudError::Retry`](ccm_core::CloudError::Retry) with
+    /// this delay.
+    Retry {
+        /// The delay to ask for (`after_ms` in the config file).
+        after: Duration,
+        /// How many calls answer it.
+        count: usize,
+    },
+    /// Every call answers [`CloudError::NotImplemented`](ccm_core::CloudError::NotImplemented).
+    NotImplemented,
+    /// Every call answers
+    /// [`CloudError::InstanceNotFound`](ccm_core::CloudError::InstanceNotFound).
+    InstanceNotFound,
+}
+
+/// The on-disk form of the faults with a payload (serde_yaml 0.9 reads externally tagged enums
+/// only from YAML tags, `!fail_next 2`; the config schema uses one-key maps instead, which read
+/// the same in YAML and JSON).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+struct FaultMap {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fail_next: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fail_with_probability: Option<ProbabilitySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry: Option<RetrySpec>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbabilitySpec {
+    p: f64,
+    seed: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetrySpec {
+    after_ms: u64,
+    count: usize,
+}
+
+impl Serialize for Fault {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let empty = FaultMap {
+            fail_next: None,
+            fail_with_probability: None,
+            retry: None,
+        };
+        match self {
+            Fault::NotImplemented => s.serialize_str("not_implemented"),
+            Fault::InstanceNotFound => s.serialize_str("instance_not_found"),
+            Fault::FailNext(n) => FaultMap {
+                fail_next: Some(*n),
+                ..empty
+            }
+            .serialize(s),
+            Fault::FailWithProbability { p, seed } => FaultMap {
+                fail_with_probability: Some(ProbabilitySpec { p: *p, seed: *seed }),
+                ..empty
+            }
+            .serialize(s),
+            Fault::Retry { after, count } => FaultMap {
+                retry: Some(RetrySpec {
+                    after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                    count: *count,
+                }),
+                ..empty
+            }
+            .serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FaultVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for FaultVisitor {
+            type Value = Fault;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a fault: not_implemented, instance_not_found, {fail_next: N}, \
+                     {fail_with_probability: {p: P, seed: S}} or {retry: {after_ms: MS, count: N}}",
+                )
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Fault, E> {
+                match v {
+                    "not_implemented" => Ok(Fault::NotImplemented),
+                    "instance_not_found" => Ok(Fault::InstanceNotFound),
+                    other => Err(E::unknown_variant(
+                        other,
+                        &[
+                            "not_implemented",
+                            "instance_not_found",
+                            "fail_next",
+                            "fail_with_probability",
+                            "retry",
+                        ],
+                    )),
+                }
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Fault, A::Error> {
+                let spec =
+                    FaultMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                match spec {
+                    FaultMap {
+                        fail_next: Some(n),
+                        fail_with_probability: None,
+                        retry: None,
+                    } => Ok(Fault::FailNext(n)),
+                    FaultMap {
+                        fail_next: None,
+                        fail_with_probability: Some(ProbabilitySpec { p, seed }),
+                        retry: None,
+                    } => Ok(Fault::FailWithProbability { p, seed }),
+                    FaultMap {
+                        fail_next: None,
+                        fail_with_probability: None,
+                        retry: Some(RetrySpec { after_ms, count }),
+                    } => Ok(Fault::Retry {
+                        after: Duration::from_millis(after_ms),
+                        count,
+                    }),
+                    _ => Err(serde::de::Error::custom(
+                        "a fault map must have exactly one key: fail_next, fail_with_probability or retry",
+                    )),
+                }
+            }
+        }
+
+        d.deserialize_any(FaultVisitor)
+    }
+}
+
+/// Why a [`FakeCloudConfig`] cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FakeCloudConfigError {
+    /// A `missing_nodes` or `shutdown_nodes` entry is not a valid regular expression.
+    #[error(
+        "fake cloud config: {field} pattern {pattern:?} is not a valid regular expression: {reason}"
+    )]
+    InvalidPattern {
+        /// `missing_nodes` or `shutdown_nodes`.
+        field: &'static str,
+        /// The pattern.
+        pattern: String,
+        /// The regex error.
+        reason: String,
+    },
+    /// An operation name in `faults` or `operation_latency_ms` is not one of [`OPERATIONS`].
+    #[error(
+        "fake cloud config: {field} names unknown operation {operation:?} (expected one of: {})",
+        OPERATIONS.join(", ")
+    )]
+    UnknownOperation {
+        /// `faults` or `operation_latency_ms`.
+        field: &'static str,
+        /// The unknown name.
+        operation: String,
+    },
+    /// `lb_ip` is not an IP address.
+    #[error("fake cloud config: lb_ip {0:?} is not an IP address")]
+    InvalidLbIp(String),
+    /// A `fail_with_probability` fault has `p` outside 0.0..=1.0.
+    #[error(
+        "fake cloud config: fail_with_probability on {operation:?} has p = {p}, expected 0.0 to 1.0"
+    )]
+    InvalidProbability {
+        /// The operation.
+        operation: String,
+        /// The probability given.
+        p: f64,
+    },
+}
+
+impl FakeCloudConfig {
+    /// Checks the configuration: regular expressions compile, operation names exist, `lb_ip` is
+    /// an IP address, probabilities are in range.
+    pub fn validate(&self) -> Result<(), FakeCloudConfigError> {
+        for (field, patterns) in [
+            ("missing_nodes", &self.missing_nodes),
+            ("shutdown_nodes", &self.shutdown_nodes),
+        ] {
+            for pattern in patterns {
+                compile_name_pattern(pattern).map_err(|reason| {
+                    FakeCloudConfigError::InvalidPattern {
+                        field,
+                        pattern: pattern.clone(),
+                        reason,
+                    }
+                })?;
+            }
+        }
+        for op in self.operation_latency_ms.keys() {
+            if !is_operation(op) {
+                return Err(FakeCloudConfigError::UnknownOperation {
+                    field: "operation_latency_ms",
+                    operation: op.clone(),
+                });
+            }
+        }
+        for (op, faults) in &self.faults {
+            if !is_operation(op) {
+                return Err(FakeCloudConfigError::UnknownOperation {
+                    field: "faults",
+                    operation: op.clone(),
+                });
+            }
+            for fault in faults {
+                if let Fault::FailWithProbability { p, .. } = fault
+                    && !(0.0..=1.0).contains(p)
+                {
+                    return Err(FakeCloudConfigError::InvalidProbability {
+                        operation: op.clone(),
+                        p: *p,
+                    });
+                }
+            }
+        }
+        if self.lb_ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(FakeCloudConfigError::InvalidLbIp(self.lb_ip.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// Compiles a node-name pattern anchored at both ends (it must match the whole name).
+pub(crate) fn compile_name_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())
+}

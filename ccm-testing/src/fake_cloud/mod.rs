@@ -1,0 +1,757 @@
+//! `FakeCloud`: an in-memory cloud provider implementing every capability of `ccm-core`, with
+//! call recording, latency and fault injection.
+//!
+//! It backs the framework's own controller tests and `examples/fake-ccm`, and is what a vendor
+//! uses to test code that calls a provider. Clones share their state, and every method is safe
+//! to call concurrently (state sits behind a `std::sync::Mutex` that is never held across an
+//! `.await`). A call takes effect atomically after its latency has elapsed, so a call whose
+//! future is dropped early (cancelled) changes nothing.
+//!
+//! # What it answers
+//!
+//! - **Instances** (`instances_v2`, and the legacy `instances` + `zones` when switched on): every
+//!   node exists, with provider ID `fake://<node-name>`, zone `zone-a`, region `region-1`,
+//!   instance type `fake-small`, an `InternalIP` derived stably from the node name (a hash of
+//!   the name into `10.0.0.0/8`, never ending in `.0` or `.255`), optionally an `ExternalIP`
+//!   (hash into `198.18.0.0/15`), and a `Hostname` address equal to the node name. A Node's
+//!   instance is found from `spec.providerID` when set (it must be `fake://...`), else from its
+//!   name. Nodes whose name matches `missing_nodes` do not exist: `instance_exists` and
+//!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
+//!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
+//!   [`CloudError::InstanceNotFound`]. Nodes matching
+//!   `shutdown_nodes` exist and are shut down.
+//! - **Load balancers**: keyed by the Service's `<namespace>/<name>`; `ensure_load_balancer`
+//!   creates or replaces one (remembering its hosts, ports and cluster) and answers an ingress
+//!   with `lb_ip` (default `203.0.113.10`) or `lb_hostname`; `get_load_balancer` reports it until
+//!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
+//!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
+//!   A load balancer is reported only to the cluster name that created it.
+//! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
+//!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
+//!   route controller passes one hint, the Node UID, for both families of a dual-stack Node);
+//!   creating an existing route replaces it and succeeds, deleting a missing route succeeds.
+//!   Routes seeded with [`FakeCloud::insert_route`] are listed for every cluster name.
+//! - **Clusters**: `list_clusters` answers `clusters`; `master` answers
+//!   `https://<cluster>.fake.invalid:6443` for a known cluster.
+//!
+//! # Inspection and faults
+//!
+//! Every call is counted and logged under its snake_case trait method name ([`OPERATIONS`]),
+//! including calls that then fail or are cancelled: see [`FakeCloud::call_count`],
+//! [`FakeCloud::call_log`]. [`FakeCloud::inject`] arms a [`Fault`] on one operation.
+//!
+//! # The configuration schema (`--cloud-config` of `examples/fake-ccm`)
+//!
+//! YAML or JSON, read with [`ccm_core::parse_cloud_config`] into [`FakeCloudConfig`]. Every
+//! field is optional; unknown fields are rejected. This sample lists every field with a
+//! non-default value:
+//!
+//! ```
+//! use std::time::Duration;
+//! use ccm_testing::fake_cloud::{FakeCloudConfig, Fault};
+//!
+//! let yaml = br#"
+//! latency_ms: 5                  # delay before every call takes effect (default 0)
+//! operation_latency_ms:          # per-operation overrides, by trait method name
+//!   ensure_load_balancer: 200
+//! zone: eu-1a                    # default zone-a
+//! region: eu-1                   # default region-1
+//! instance_type: fake-large      # default fake-small
+//! external_ip: true              # also report an ExternalIP (default false)
+//! additional_labels:             # extra labels in every instance's metadata
+//!   example.com/pool: blue
+//! missing_nodes: ["gone-.*"]     # regexes on the whole node name: instances that do not exist
+//! shutdown_nodes: ["stopped-.*"] # regexes: instances that exist but are shut down
+//! lb_ip: 198.51.100.7            # load-balancer ingress IP (default 203.0.113.10)
+//! lb_hostname: lb.example.com    # when set, ingress hostname instead of the IP
+//! track_node_addresses: true     # list_routes sets enable_node_addresses (default false)
+//! clusters: [prod]               # answered by list_clusters (default [kubernetes])
+//! capabilities:                  # switch capabilities on and off (defaults shown)
+//!   instances_v2: true
+//!   instances: true              # legacy v1 Instances (default false)
+//!   zones: true                  # legacy Zones (default false)
+//!   load_balancer: true
+//!   routes: true
+//!   clusters: true
+//! faults:                        # armed at start, by operation
+//!   ensure_load_balancer:
+//!     - fail_next: 2
+//!     - retry: {after_ms: 1500, count: 1}
+//!   instance_metadata:
+//!     - fail_with_probability: {p: 0.25, seed: 42}
+//!   create_route: [not_implemented]
+//!   instance_id: [instance_not_found]
+//! "#;
+//! let config: FakeCloudConfig = ccm_core::parse_cloud_config(yaml).unwrap();
+//! config.validate().unwrap();
+//! assert_eq!(config.latency_ms, 5);
+//! assert_eq!(config.zone, "eu-1a");
+//! assert!(config.capabilities.instances);
+//! assert_eq!(
+//!     config.faults["ensure_load_balancer"],
+//!     vec![Fault::FailNext(2), Fault::Retry { after: Duration::from_millis(1500), count: 1 }]
+//! );
+//! assert_eq!(config.faults["create_route"], vec![Fault::NotImplemented]);
+//!
+//! // An empty file is the default configuration; a misspelt field is an error naming its line.
+//! let empty: FakeCloudConfig = ccm_core::parse_cloud_config(b"").unwrap();
+//! assert_eq!(empty, FakeCloudConfig::default());
+//! let err = ccm_core::parse_cloud_config::<FakeCloudConfig>(b"zone: a\nzones: b\n").unwrap_err();
+//! assert_eq!(err.line, Some(2));
+//! ```
+//!
+//! # Example
+//!
+//! ```
+//! use ccm_core::{CloudProvider, Node, ObjectMeta};
+//! use ccm_testing::fake_cloud::{FakeCloud, Fault};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let cloud = FakeCloud::builder().missing_node("gone-.*").build();
+//! let node = |name: &str| Node {
+//!     metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! let instances = cloud.instances_v2().unwrap();
+//! let meta = instances.instance_metadata(&node("worker-1")).await.unwrap();
+//! assert_eq!(meta.provider_id, "fake://worker-1");
+//! assert!(!instances.instance_exists(&node("gone-1")).await.unwrap());
+//!
+//! cloud.inject("instance_metadata", Fault::FailNext(1));
+//! assert!(instances.instance_metadata(&node("worker-1")).await.is_err());
+//! assert_eq!(cloud.call_count("instance_metadata"), 2);
+//! # }
+//! ```
+//!
+//! In a binary, register it as a provider with
+//! `ccm_core::register_cloud_provider!("fake", FakeCloud::from_cloud_config);`.
+
+mod config;
+mod provider;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use ccm_core::{
+    BoxError, CloudError, CloudProvider, CloudResult, LoadBalancerIngress, LoadBalancerStatus,
+    NodeAddress, Route,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use regex::Regex;
+
+pub use config::{Capabilities, FakeCloudConfig, FakeCloudConfigError, Fault, OPERATIONS};
+
+/// One call to a [`FakeCloud`], as recorded in [`FakeCloud::call_log`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    /// The operation: the snake_case trait method name, e.g. `ensure_load_balancer`.
+    pub operation: String,
+    /// What the call was about: the node name (`instance_*`, `node_addresses`...), the provider
+    /// ID (`*_by_provider_id`), `<namespace>/<name>` of the Service (load balancers), the
+    /// destination CIDR (`create_route`, `delete_route`), the cluster name (`list_routes`,
+    /// `master`), or empty.
+    pub subject: String,
+}
+
+/// A load balancer held by a [`FakeCloud`], as returned by [`FakeCloud::load_balancers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadBalancerState {
+    /// The load balancer's name: [`ccm_core::default_load_balancer_name`] of the Service.
+    pub name: String,
+    /// The names of the backend Nodes, sorted, each once.
+    pub hosts: Vec<String>,
+    /// The Service's ports (`spec.ports[].port`) at the last ensure.
+    pub ports: Vec<i32>,
+    /// The cluster name of the last ensure.
+    pub cluster_name: String,
+}
+
+/// An in-memory cloud provider for tests and demos; see the [module documentation](self).
+///
+/// Clones share their state.
+#[derive(Clone)]
+pub struct FakeCloud {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for FakeCloud {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCloud")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    /// The configuration as given (the mutable parts are copied into `state`).
+    config: FakeCloudConfig,
+    state: Mutex<State>,
+}
+
+/// A route in the table, with the cluster that created it (`None` for seeded routes).
+#[derive(Clone, Debug)]
+struct StoredRoute {
+    cluster: Option<String>,
+    route: Route,
+}
+
+/// A [`Fault`] armed on an operation, with its remaining count or its random generator.
+enum ArmedFault {
+    FailNext(usize),
+    Probability { p: f64, rng: Box<ChaCha8Rng> },
+    Retry { after: Duration, left: usize },
+    NotImplemented,
+    InstanceNotFound,
+}
+
+#[derive(Default)]
+struct State {
+    calls: Vec<CallRecord>,
+    counts: BTreeMap<String, usize>,
+    missing: Vec<Regex>,
+    shutdown: Vec<Regex>,
+    faults: BTreeMap<String, Vec<ArmedFault>>,
+    load_balancers: BTreeMap<String, LoadBalancerState>,
+    routes: BTreeMap<String, StoredRoute>,
+    latency: Duration,
+    operation_latency: BTreeMap<String, Duration>,
+}
+
+impl State {
+    /// Consults the faults armed on `op`; the first that fires gives the error.
+    fn fire_fault(&mut self, op: &str) -> Option<CloudError> {
+        let faults = self.faults.get_mut(op)?;
+        let mut fired = None;
+        for fault in faults.iter_mut() {
+            fired = match fault {
+                ArmedFault::FailNext(left) if *left > 0 => {
+                    *left -= 1;
+                    Some(injected(op))
+                }
+                ArmedFault::Probability { p, rng } => rng.random_bool(*p).then(|| injected(op)),
+                ArmedFault::Retry { after, left } if *left > 0 => {
+                    *left -= 1;
+                    Some(CloudError::retry(
+                        *after,
+                        format!("fake cloud: injected retry of {op}"),
+                    ))
+                }
+                ArmedFault::NotImplemented => Some(CloudError::NotImplemented),
+                ArmedFault::InstanceNotFound => Some(CloudError::InstanceNotFound),
+                _ => None,
+            };
+            if fired.is_some() {
+                break;
+            }
+        }
+        faults.retain(|f| {
+            !matches!(
+                f,
+                ArmedFault::FailNext(0) | ArmedFault::Retry { left: 0, .. }
+            )
+        });
+        fired
+    }
+
+    fn is_missing(&self, node_name: &str) -> bool {
+        self.missing.iter().any(|r| r.is_match(node_name))
+    }
+
+    fn is_shutdown(&self, node_name: &str) -> bool {
+        !self.is_missing(node_name) && self.shutdown.iter().any(|r| r.is_match(node_name))
+    }
+}
+
+fn injected(op: &str) -> CloudError {
+    CloudError::msg(format!("fake cloud: injected failure of {op}"))
+}
+
+fn arm(fault: Fault) -> ArmedFault {
+    match fault {
+        Fault::FailNext(n) => ArmedFault::FailNext(n),
+        Fault::FailWithProbability { p, seed } => ArmedFault::Probability {
+            // Out-of-range values are clamped (NaN never fails) rather than panicking in rand.
+            p: if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) },
+            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
+        },
+        Fault::Retry { after, count } => ArmedFault::Retry { after, left: count },
+        Fault::NotImplemented => ArmedFault::NotImplemented,
+        Fault::InstanceNotFound => ArmedFault::InstanceNotFound,
+    }
+}
+
+/// Compiles name patterns, logging and skipping invalid ones.
+fn compile_patterns(field: &str, patterns: &[impl AsRef<str>]) -> Vec<Regex> {
+    patterns
+        .iter()
+        .filter_map(|p| match config::compile_name_pattern(p.as_ref()) {
+            Ok(r) => Some(r),
+            Err(reason) => {
+                tracing::error!(
+                    field,
+                    pattern = p.as_ref(),
+                    %reason,
+                    "fake cloud: invalid node-name pattern ignored"
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+impl Default for FakeCloud {
+    fn default() -> Self {
+        FakeCloud::new(FakeCloudConfig::default())
+    }
+}
+
+impl FakeCloud {
+    /// Builds a fake cloud from a configuration.
+    ///
+    /// Never fails: invalid entries (a pattern that is not a regular expression, an unknown
+    /// operation name) are logged with `tracing` and ignored. Use [`FakeCloud::try_new`] to get
+    /// them as an error.
+    pub fn new(config: FakeCloudConfig) -> Self {
+        let mut state = State {
+            missing: compile_patterns("missing_nodes", &config.missing_nodes),
+            shutdown: compile_patterns("shutdown_nodes", &config.shutdown_nodes),
+            latency: Duration::from_millis(config.latency_ms),
+            ..State::default()
+        };
+        for (op, ms) in &config.operation_latency_ms {
+            if warn_unknown_operation(op) {
+                state
+                    .operation_latency
+                    .insert(op.clone(), Duration::from_millis(*ms));
+            }
+        }
+        for (op, faults) in &config.faults {
+            if warn_unknown_operation(op) {
+                state
+                    .faults
+                    .entry(op.clone())
+                    .or_default()
+                    .extend(faults.iter().cloned().map(arm));
+            }
+        }
+        FakeCloud {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(state),
+            }),
+        }
+    }
+
+    /// Builds a fake cloud from a configuration after [validating](FakeCloudConfig::validate)
+    /// it.
+    pub fn try_new(config: FakeCloudConfig) -> Result<Self, FakeCloudConfigError> {
+        config.validate()?;
+        Ok(FakeCloud::new(config))
+    }
+
+    /// A builder starting from the default configuration.
+    pub fn builder() -> FakeCloudBuilder {
+        FakeCloudBuilder::default()
+    }
+
+    /// The provider factory: builds a fake cloud from the contents of `--cloud-config` (YAML or
+    /// JSON, see the [module documentation](self); `None` means the default configuration).
+    ///
+    /// Register it in a binary with
+    /// `ccm_core::register_cloud_provider!("fake", FakeCloud::from_cloud_config);`.
+    pub fn from_cloud_config(
+        cloud_config: Option<&[u8]>,
+    ) -> Result<Arc<dyn CloudProvider>, BoxError> {
+        let config: FakeCloudConfig = match cloud_config {
+            Some(bytes) => ccm_core::parse_cloud_config(bytes)?,
+            None => FakeCloudConfig::default(),
+        };
+        Ok(Arc::new(FakeCloud::try_new(config)?))
+    }
+
+    /// The configuration this fake cloud was built with.
+    pub fn config(&self) -> &FakeCloudConfig {
+        &self.inner.config
+    }
+
+    /// This fake cloud (sharing its state) as a provider trait object.
+    pub fn provider(&self) -> Arc<dyn CloudProvider> {
+        Arc::new(self.clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave State half-updated in a way that matters
+        // to a test double; keep serving rather than poisoning every later call.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many times `op` (a snake_case trait method name, see [`OPERATIONS`]) was called since
+    /// the start or the last [`FakeCloud::reset_calls`], including calls that failed or were
+    /// cancelled.
+    pub fn call_count(&self, op: &str) -> usize {
+        self.lock().counts.get(op).copied().unwrap_or(0)
+    }
+
+    /// The call counts of every operation called at least once.
+    pub fn call_counts(&self) -> BTreeMap<String, usize> {
+        self.lock().counts.clone()
+    }
+
+    /// Every call in the order it was made.
+    pub fn call_log(&self) -> Vec<CallRecord> {
+        self.lock().calls.clone()
+    }
+
+    /// Forgets the recorded calls and counts.
+    pub fn reset_calls(&self) {
+        let mut st = self.lock();
+        st.calls.clear();
+        st.counts.clear();
+    }
+
+    /// The load balancers that currently exist, keyed by `<namespace>/<name>` of the Service.
+    pub fn load_balancers(&self) -> BTreeMap<String, LoadBalancerState> {
+        self.lock().load_balancers.clone()
+    }
+
+    /// The route table, in route-name order, with `enable_node_addresses` as stored.
+    ///
+    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`] (the
+    /// capability); reach that one with `CloudProvider::routes(&cloud)` or
+    /// `cloud.provider().routes()`.
+    pub fn routes(&self) -> Vec<Route> {
+        self.lock()
+            .routes
+            .values()
+            .map(|r| r.route.clone())
+            .collect()
+    }
+
+    /// Seeds a route, e.g. a stale or blackhole route the route controller should delete. It
+    /// is listed for every cluster name. A route without a name is named
+    /// `seed-<destination_cidr>`; a route with the name of an existing one replaces it.
+    pub fn insert_route(&self, route: Route) {
+        let mut route = route;
+        if route.name.is_empty() {
+            route.name = format!("seed-{}", route.destination_cidr);
+        }
+        self.lock().routes.insert(
+            route.name.clone(),
+            StoredRoute {
+                cluster: None,
+                route,
+            },
+        );
+    }
+
+    /// Replaces the patterns of nodes whose instances do not exist (regular expressions matched
+    /// against the whole node name; invalid ones are logged and ignored).
+    pub fn set_missing_nodes(&self, patterns: &[&str]) {
+        let compiled = compile_patterns("missing_nodes", patterns);
+        self.lock().missing = compiled;
+    }
+
+    /// Replaces the patterns of nodes whose instances are shut down (regular expressions matched
+    /// against the whole node name; invalid ones are logged and ignored).
+    pub fn set_shutdown_nodes(&self, patterns: &[&str]) {
+        let compiled = compile_patterns("shutdown_nodes", patterns);
+        self.lock().shutdown = compiled;
+    }
+
+    /// Arms a fault on an operation (a snake_case trait method name, see [`OPERATIONS`]; an
+    /// unknown name is logged as a warning and never fires). Faults already armed on the
+    /// operation stay armed and are consulted first.
+    pub fn inject(&self, op: &str, fault: Fault) {
+        warn_unknown_operation(op);
+        self.lock()
+            .faults
+            .entry(op.to_owned())
+            .or_default()
+            .push(arm(fault));
+    }
+
+    /// Disarms every fault on every operation.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// Sets the delay of every operation without its own override.
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
+    /// Sets the delay of one operation, overriding [`FakeCloud::set_latency`].
+    pub fn set_operation_latency(&self, op: &str, latency: Duration) {
+        warn_unknown_operation(op);
+        self.lock().operation_latency.insert(op.to_owned(), latency);
+    }
+
+    /// Records a call, waits its latency, consults the faults, then runs `f` under the lock.
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        subject: impl Into<String>,
+        f: impl FnOnce(&FakeCloudConfig, &mut State) -> CloudResult<T>,
+    ) -> CloudResult<T> {
+        let latency = {
+            let mut st = self.lock();
+            st.calls.push(CallRecord {
+                operation: op.to_owned(),
+                subject: subject.into(),
+            });
+            *st.counts.entry(op.to_owned()).or_default() += 1;
+            st.operation_latency.get(op).copied().unwrap_or(st.latency)
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        let mut st = self.lock();
+        if let Some(err) = st.fire_fault(op) {
+            return Err(err);
+        }
+        f(&self.inner.config, &mut st)
+    }
+
+    fn ingress(&self) -> LoadBalancerStatus {
+        let config = &self.inner.config;
+        let ingress = match &config.lb_hostname {
+            Some(hostname) => LoadBalancerIngress {
+                hostname: Some(hostname.clone()),
+                ..Default::default()
+            },
+            None => LoadBalancerIngress {
+                ip: Some(config.lb_ip.clone()),
+                ..Default::default()
+            },
+        };
+        LoadBalancerStatus {
+            ingress: Some(vec![ingress]),
+        }
+    }
+}
+
+/// Logs unknown operation names; returns whether the name is known.
+fn warn_unknown_operation(op: &str) -> bool {
+    let known = config::is_operation(op);
+    if !known {
+        tracing::warn!(
+            operation = op,
+            "fake cloud: unknown operation name (see ccm_testing::fake_cloud::OPERATIONS)"
+        );
+    }
+    known
+}
+
+/// FNV-1a, 64 bits. Hand-written (six lines) because the derived addresses must stay the same
+/// across Rust releases, which `std`'s `DefaultHasher` does not promise.
+fn stable_hash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The `InternalIP` of a node: `10.a.b.c` from a hash of its name, `c` in 1..=254.
+pub(crate) fn internal_ip(node_name: &str) -> String {
+    let h = stable_hash(node_name);
+    format!(
+        "10.{}.{}.{}",
+        (h >> 8) & 0xff,
+        (h >> 16) & 0xff,
+        1 + (h % 254)
+    )
+}
+
+/// The `ExternalIP` of a node: in `198.18.0.0/15` from a hash of its name, last octet 1..=254.
+pub(crate) fn external_ip(node_name: &str) -> String {
+    let h = stable_hash(node_name);
+    format!(
+        "198.{}.{}.{}",
+        18 + ((h >> 24) & 1),
+        (h >> 32) & 0xff,
+        1 + ((h >> 40) % 254)
+    )
+}
+
+/// The addresses of a node's instance: InternalIP, ExternalIP (when configured), Hostname.
+pub(crate) fn node_addresses(config: &FakeCloudConfig, node_name: &str) -> Vec<NodeAddress> {
+    let mut addresses = vec![NodeAddress {
+        type_: "InternalIP".into(),
+        address: internal_ip(node_name),
+    }];
+    if config.external_ip {
+        addresses.push(NodeAddress {
+            type_: "ExternalIP".into(),
+            address: external_ip(node_name),
+        });
+    }
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: node_name.to_owned(),
+    });
+    addresses
+}
+
+/// Builds a [`FakeCloud`]; every method sets one field of [`FakeCloudConfig`].
+#[derive(Clone, Debug, Default)]
+pub struct FakeCloudBuilder {
+    config: FakeCloudConfig,
+}
+
+impl FakeCloudBuilder {
+    /// Starts from a configuration instead of the default.
+    pub fn from_config(config: FakeCloudConfig) -> Self {
+        FakeCloudBuilder { config }
+    }
+
+    /// Delay of every call (`latency_ms`).
+    pub fn latency(mut self, latency: Duration) -> Self {
+        self.config.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Delay of one operation (`operation_latency_ms`), overriding [`FakeCloudBuilder::latency`].
+    pub fn operation_latency(mut self, op: &str, latency: Duration) -> Self {
+        self.config.operation_latency_ms.insert(
+            op.to_owned(),
+            u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+        );
+        self
+    }
+
+    /// The zone of every instance (`zone`).
+    pub fn zone(mut self, zone: &str) -> Self {
+        self.config.zone = zone.to_owned();
+        self
+    }
+
+    /// The region of every instance (`region`).
+    pub fn region(mut self, region: &str) -> Self {
+        self.config.region = region.to_owned();
+        self
+    }
+
+    /// The instance type of every instance (`instance_type`).
+    pub fn instance_type(mut self, instance_type: &str) -> Self {
+        self.config.instance_type = instance_type.to_owned();
+        self
+    }
+
+    /// Whether instances also report an `ExternalIP` (`external_ip`).
+    pub fn external_ip(mut self, on: bool) -> Self {
+        self.config.external_ip = on;
+        self
+    }
+
+    /// Adds a label to every instance's metadata (`additional_labels`).
+    pub fn additional_label(mut self, key: &str, value: &str) -> Self {
+        self.config
+            .additional_labels
+            .insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Adds a pattern of nodes whose instances do not exist (`missing_nodes`).
+    pub fn missing_node(mut self, pattern: &str) -> Self {
+        self.config.missing_nodes.push(pattern.to_owned());
+        self
+    }
+
+    /// Adds a pattern of nodes whose instances are shut down (`shutdown_nodes`).
+    pub fn shutdown_node(mut self, pattern: &str) -> Self {
+        self.config.shutdown_nodes.push(pattern.to_owned());
+        self
+    }
+
+    /// The load-balancer ingress IP (`lb_ip`).
+    pub fn lb_ip(mut self, ip: &str) -> Self {
+        self.config.lb_ip = ip.to_owned();
+        self
+    }
+
+    /// Report this ingress hostname instead of an IP (`lb_hostname`).
+    pub fn lb_hostname(mut self, hostname: &str) -> Self {
+        self.config.lb_hostname = Some(hostname.to_owned());
+        self
+    }
+
+    /// Whether `list_routes` sets `enable_node_addresses` (`track_node_addresses`).
+    pub fn track_node_addresses(mut self, on: bool) -> Self {
+        self.config.track_node_addresses = on;
+        self
+    }
+
+    /// The cluster names `list_clusters` answers (`clusters`).
+    pub fn clusters(mut self, clusters: &[&str]) -> Self {
+        self.config.clusters = clusters.iter().map(|c| (*c).to_owned()).collect();
+        self
+    }
+
+    /// All capability switches at once (`capabilities`).
+    pub fn capabilities(mut self, capabilities: Capabilities) -> Self {
+        self.config.capabilities = capabilities;
+        self
+    }
+
+    /// Offer [`InstancesV2`](ccm_core::InstancesV2) or not (default on).
+    pub fn instances_v2(mut self, on: bool) -> Self {
+        self.config.capabilities.instances_v2 = on;
+        self
+    }
+
+    /// Offer the legacy v1 [`Instances`](ccm_core::Instances) and
+    /// [`Zones`](ccm_core::Zones) or not (default off).
+    pub fn legacy_instances(mut self, on: bool) -> Self {
+        self.config.capabilities.instances = on;
+        self.config.capabilities.zones = on;
+        self
+    }
+
+    /// Offer [`LoadBalancer`](ccm_core::LoadBalancer) or not (default on).
+    pub fn load_balancer(mut self, on: bool) -> Self {
+        self.config.capabilities.load_balancer = on;
+        self
+    }
+
+    /// Offer [`Routes`](ccm_core::Routes) or not (default on).
+    pub fn routes(mut self, on: bool) -> Self {
+        self.config.capabilities.routes = on;
+        self
+    }
+
+    /// Offer [`Clusters`](ccm_core::Clusters) or not (default on).
+    pub fn cluster_listing(mut self, on: bool) -> Self {
+        self.config.capabilities.clusters = on;
+        self
+    }
+
+    /// Arms a fault on an operation from the start (`faults`).
+    pub fn fault(mut self, op: &str, fault: Fault) -> Self {
+        self.config
+            .faults
+            .entry(op.to_owned())
+            .or_default()
+            .push(fault);
+        self
+    }
+
+    /// The configuration built so far.
+    pub fn config(&self) -> &FakeCloudConfig {
+        &self.config
+    }
+
+    /// Builds the fake cloud; invalid entries are logged and ignored (see [`FakeCloud::new`]).
+    pub fn build(self) -> FakeCloud {
+        FakeCloud::new(self.config)
+    }
+
+    /// Builds the fake cloud after validating the configuration.
+    pub fn try_build(self) -> Result<FakeCloud, FakeCloudConfigError> {
+        FakeCloud::try_new(self.config)
+    }
+}

@@ -1,0 +1,486 @@
+//! The `ccm-core` capability traits implemented by [`FakeCloud`].
+
+use std::collections::BTreeSet;
+
+use async_trait::async_trait;
+use ccm_core::{
+    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
+    InstancesV2, LoadBalancer, LoadBalancerStatus, Node, NodeAddress, ProviderId, Route, Routes,
+    Service, Zone, Zones,
+};
+
+use super::{FakeCloud, LoadBalancerState, State, StoredRoute, node_addresses};
+
+/// The provider name, and the scheme of every provider ID the fake cloud hands out.
+const PROVIDER_NAME: &str = "fake";
+
+/// The node name a Node's instance is registered under: from `spec.providerID` when set,
+/// else `metadata.name`.
+fn node_instance_name(node: &Node) -> CloudResult<String> {
+    if let Some(pid) = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+    {
+        return name_from_provider_id(pid);
+    }
+    match node.metadata.name.as_deref() {
+        Some(name) if !name.is_empty() => Ok(name.to_owned()),
+        _ => Err(CloudError::msg(
+            "fake cloud: node has neither spec.providerID nor metadata.name",
+        )),
+    }
+}
+
+fn node_subject(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}
+
+/// The node name of a `fake://<node-name>` provider ID.
+fn name_from_provider_id(provider_id: &str) -> CloudResult<String> {
+    let id: ProviderId = provider_id.parse().map_err(CloudError::other)?;
+    if id.provider() != PROVIDER_NAME {
+        return Err(CloudError::msg(format!(
+            "fake cloud: provider ID {provider_id:?} belongs to provider {:?}, not {PROVIDER_NAME:?}",
+            id.provider()
+        )));
+    }
+    Ok(id.instance_id().to_owned())
+}
+
+fn require_existing(st: &State, node_name: &str) -> CloudResult<()> {
+    if st.is_missing(node_name) {
+        Err(CloudError::InstanceNotFound)
+    } else {
+        Ok(())
+    }
+}
+
+fn service_key(service: &Service) -> CloudResult<String> {
+    let name = service
+        .metadata
+        .name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| CloudError::msg("fake cloud: service has no metadata.name"))?;
+    let namespace = service.metadata.namespace.as_deref().unwrap_or("default");
+    Ok(format!("{namespace}/{name}"))
+}
+
+fn service_subject(service: &Service) -> String {
+    service_key(service).unwrap_or_default()
+}
+
+fn host_names(hosts: &[Node]) -> Vec<String> {
+    hosts
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+#[async_trait]
+impl CloudProvider for FakeCloud {
+    fn provider_name(&self) -> &str {
+        PROVIDER_NAME
+    }
+
+    async fn initialize(&self, _ctx: InitContext) -> CloudResult<()> {
+        self.call("initialize", "", |_, _| Ok(())).await
+    }
+
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        self.inner
+            .config
+            .capabilities
+            .instances_v2
+            .then_some(self as &dyn InstancesV2)
+    }
+
+    fn instances(&self) -> Option<&dyn Instances> {
+        self.inner
+            .config
+            .capabilities
+            .instances
+            .then_some(self as &dyn Instances)
+    }
+
+    fn zones(&self) -> Option<&dyn Zones> {
+        self.inner
+            .config
+            .capabilities
+            .zones
+            .then_some(self as &dyn Zones)
+    }
+
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        self.inner
+            .config
+            .capabilities
+            .load_balancer
+            .then_some(self as &dyn LoadBalancer)
+    }
+
+    fn routes(&self) -> Option<&dyn Routes> {
+        self.inner
+            .config
+            .capabilities
+            .routes
+            .then_some(self as &dyn Routes)
+    }
+
+    fn clusters(&self) -> Option<&dyn Clusters> {
+        self.inner
+            .config
+            .capabilities
+            .clusters
+            .then_some(self as &dyn Clusters)
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for FakeCloud {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        self.call("instance_exists", node_subject(node), |_, st| {
+            let name = node_instance_name(node)?;
+            Ok(!st.is_missing(&name))
+        })
+        .await
+    }
+
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        self.call("instance_shutdown", node_subject(node), |_, st| {
+            let name = node_instance_name(node)?;
+            Ok(st.is_shutdown(&name))
+        })
+        .await
+    }
+
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+        self.call("instance_metadata", node_subject(node), |cfg, st| {
+            let name = node_instance_name(node)?;
+            require_existing(st, &name)?;
+            Ok(InstanceMetadata {
+                provider_id: format!("{PROVIDER_NAME}://{name}"),
+                instance_type: cfg.instance_type.clone(),
+                node_addresses: node_addresses(cfg, &name),
+                zone: cfg.zone.clone(),
+                region: cfg.region.clone(),
+                additional_labels: cfg.additional_labels.clone(),
+            })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Instances for FakeCloud {
+    async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>> {
+        self.call("node_addresses", node_name, |cfg, st| {
+            require_existing(st, node_name)?;
+            Ok(node_addresses(cfg, node_name))
+        })
+        .await
+    }
+
+    async fn node_addresses_by_provider_id(
+        &self,
+        provider_id: &str,
+    ) -> CloudResult<Vec<NodeAddress>> {
+        self.call("node_addresses_by_provider_id", provider_id, |cfg, st| {
+            let name = name_from_provider_id(provider_id)?;
+            require_existing(st, &name)?;
+            Ok(node_addresses(cfg, &name))
+        })
+        .await
+    }
+
+    async fn instance_id(&self, node_name: &str) -> CloudResult<String> {
+        self.call("instance_id", node_name, |_, st| {
+            require_existing(st, node_name)?;
+            Ok(node_name.to_owned())
+        })
+        .await
+    }
+
+    async fn instance_type(&self, node_name: &str) -> CloudResult<String> {
+        self.call("instance_type", node_name, |cfg, st| {
+            require_existing(st, node_name)?;
+            Ok(cfg.instance_type.clone())
+        })
+        .await
+    }
+
+    async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
+        self.call("instance_type_by_provider_id", provider_id, |cfg, st| {
+            let name = name_from_provider_id(provider_id)?;
+            require_existing(st, &name)?;
+            Ok(cfg.instance_type.clone())
+        })
+        .await
+    }
+
+    async fn add_ssh_key_to_all_instances(&self, user: &str, _key_data: &[u8]) -> CloudResult<()> {
+        self.call("add_ssh_key_to_all_instances", user, |_, _| {
+            Err(CloudError::NotImplemented)
+        })
+        .await
+    }
+
+    async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
+        // As Go's fake cloud: the node name is the hostname.
+        self.call(
+            "current_node_name",
+            hostname,
+            |_, _| Ok(hostname.to_owned()),
+        )
+        .await
+    }
+
+    async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.call("instance_exists_by_provider_id", provider_id, |_, st| {
+            let name = name_from_provider_id(provider_id)?;
+            Ok(!st.is_missing(&name))
+        })
+        .await
+    }
+
+    async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
+        self.call("instance_shutdown_by_provider_id", provider_id, |_, st| {
+            let name = name_from_provider_id(provider_id)?;
+            Ok(st.is_shutdown(&name))
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Zones for FakeCloud {
+    async fn get_zone(&self) -> CloudResult<Zone> {
+        self.call("get_zone", "", |cfg, _| Ok(zone(cfg))).await
+    }
+
+    async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
+        self.call("get_zone_by_provider_id", provider_id, |cfg, st| {
+            let name = name_from_provider_id(provider_id)?;
+            require_existing(st, &name)?;
+            Ok(zone(cfg))
+        })
+        .await
+    }
+
+    async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone> {
+        self.call("get_zone_by_node_name", node_name, |cfg, st| {
+            require_existing(st, node_name)?;
+            Ok(zone(cfg))
+        })
+        .await
+    }
+}
+
+fn zone(cfg: &super::FakeCloudConfig) -> Zone {
+    Zone {
+        failure_domain: cfg.zone.clone(),
+        region: cfg.region.clone(),
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for FakeCloud {
+    async fn get_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        let status = self.ingress();
+        self.call("get_load_balancer", service_subject(service), |_, st| {
+            let key = service_key(service)?;
+            Ok(st
+                .load_balancers
+                .get(&key)
+                .filter(|lb| lb.cluster_name == cluster_name)
+                .map(|_| status))
+        })
+        .await
+    }
+
+    async fn ensure_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        hosts: &[Node],
+    ) -> CloudResult<LoadBalancerStatus> {
+        let status = self.ingress();
+        self.call("ensure_load_balancer", service_subject(service), |_, st| {
+            let key = service_key(service)?;
+            let ports = service
+                .spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .map(|ports| ports.iter().map(|p| p.port).collect())
+                .unwrap_or_default();
+            st.load_balancers.insert(
+                key,
+                LoadBalancerState {
+                    name: ccm_core::default_load_balancer_name(service),
+                    hosts: host_names(hosts),
+                    ports,
+                    cluster_name: cluster_name.to_owned(),
+                },
+            );
+            Ok(status)
+        })
+        .await
+    }
+
+    async fn update_load_balancer(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+        hosts: &[Node],
+    ) -> CloudResult<()> {
+        self.call("update_load_balancer", service_subject(service), |_, st| {
+            let key = service_key(service)?;
+            match st
+                .load_balancers
+                .get_mut(&key)
+                .filter(|lb| lb.cluster_name == cluster_name)
+            {
+                Some(lb) => {
+                    lb.hosts = host_names(hosts);
+                    Ok(())
+                }
+                None => Err(CloudError::msg(format!(
+                    "fake cloud: no load balancer for service {key} in cluster {cluster_name:?}"
+                ))),
+            }
+        })
+        .await
+    }
+
+    async fn ensure_load_balancer_deleted(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<()> {
+        self.call(
+            "ensure_load_balancer_deleted",
+            service_subject(service),
+            |_, st| {
+                let key = service_key(service)?;
+                if st
+                    .load_balancers
+                    .get(&key)
+                    .is_some_and(|lb| lb.cluster_name == cluster_name)
+                {
+                    st.load_balancers.remove(&key);
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl Routes for FakeCloud {
+    async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
+        self.call("list_routes", cluster_name, |cfg, st| {
+            Ok(st
+                .routes
+                .values()
+                .filter(|r| r.cluster.as_deref().is_none_or(|c| c == cluster_name))
+                .map(|r| Route {
+                    enable_node_addresses: cfg.track_node_addresses
+                        || r.route.enable_node_addresses,
+                    ..r.route.clone()
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn create_route(
+        &self,
+        cluster_name: &str,
+        name_hint: &str,
+        route: &Route,
+    ) -> CloudResult<()> {
+        self.call("create_route", route.destination_cidr.as_str(), |_, st| {
+            let base = format!("{cluster_name}-{name_hint}");
+            // The route controller passes the Node's UID as the hint for every pod CIDR of the
+            // Node (one per family on dual-stack), as Go does: a second CIDR under the same
+            // hint gets its own route instead of replacing the first.
+            let name = match st.routes.get(&base) {
+                Some(r) if r.route.destination_cidr != route.destination_cidr => format!(
+                    "{base}-{}",
+                    route.destination_cidr.replace(['/', ':', '.'], "-")
+                ),
+                _ => base,
+            };
+            st.routes.insert(
+                name.clone(),
+                StoredRoute {
+                    cluster: Some(cluster_name.to_owned()),
+                    route: Route {
+                        name,
+                        enable_node_addresses: false,
+                        blackhole: false,
+                        ..route.clone()
+                    },
+                },
+            );
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
+        self.call("delete_route", route.destination_cidr.as_str(), |_, st| {
+            let visible = |r: &StoredRoute| r.cluster.as_deref().is_none_or(|c| c == cluster_name);
+            let key = if route.name.is_empty() {
+                st.routes
+                    .iter()
+                    .find(|(_, r)| {
+                        visible(r)
+                            && r.route.destination_cidr == route.destination_cidr
+                            && r.route.target_node == route.target_node
+                    })
+                    .map(|(k, _)| k.clone())
+            } else {
+                st.routes
+                    .get(&route.name)
+                    .filter(|r| visible(r))
+                    .map(|_| route.name.clone())
+            };
+            if let Some(key) = key {
+                st.routes.remove(&key);
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Clusters for FakeCloud {
+    async fn list_clusters(&self) -> CloudResult<Vec<String>> {
+        self.call("list_clusters", "", |cfg, _| Ok(cfg.clusters.clone()))
+            .await
+    }
+
+    async fn master(&self, cluster_name: &str) -> CloudResult<String> {
+        self.call("master", cluster_name, |cfg, _| {
+            if cfg.clusters.iter().any(|c| c == cluster_name) {
+                Ok(format!("https://{cluster_name}.fake.invalid:6443"))
+            } else {
+                Err(CloudError::msg(format!(
+                    "fake cloud: unknown cluster {cluster_name:?}"
+                )))
+            }
+        })
+        .await
+    }
+}
