@@ -167,7 +167,16 @@ where
     /// Waits until the first list has completed (client-go's `WaitForCacheSync`). Returns
     /// false if the informer stopped before that.
     pub async fn wait_until_synced(&self) -> bool {
-        self.store.wait_until_ready().await.is_ok()
+        // kube's `Store::wait_until_ready` wakes only the waiter that polled last (its
+        // `DelayedInit` sits on a futures oneshot, which keeps a single waker), so with several
+        // controllers waiting at once all but one would hang forever. Re-poll periodically.
+        loop {
+            let wait = self.store.wait_until_ready();
+            match tokio::time::timeout(std::time::Duration::from_millis(50), wait).await {
+                Ok(result) => return result.is_ok(),
+                Err(_elapsed) => continue,
+            }
+        }
     }
 
     /// Subscribes to changes from now on. Subscribe before reading the store, so nothing falls
@@ -286,6 +295,33 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[tokio::test]
+    async fn several_concurrent_waiters_all_see_the_sync() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let shutdown = CancellationToken::new();
+        let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let informer = informer.clone();
+                tokio::spawn(async move { informer.wait_until_synced().await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let task = tokio::spawn(driver);
+        for e in [
+            Event::Init,
+            Event::InitApply(node("a", "1")),
+            Event::InitDone,
+        ] {
+            tx.unbounded_send(Ok(e)).unwrap();
+        }
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+        shutdown.cancel();
+        task.await.unwrap();
     }
 
     #[tokio::test]
