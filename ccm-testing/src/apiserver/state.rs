@@ -472,6 +472,7 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
+        validation::prune_like_go(&mut stored);
         let mut errs = validate(info, &stored, None);
         if info.group == "events.k8s.io" {
             errs.extend(validation::validate_events_v1_create(&obj));
@@ -541,7 +542,12 @@ impl State {
                 }
             }
             "secrets" => secret_defaults(obj),
-            "nodes" => validation::normalize_pod_cidrs(obj),
+            "nodes" => {
+                validation::normalize_pod_cidrs(obj);
+                if let Some(o) = obj.as_object_mut() {
+                    o.entry("spec").or_insert(json!({}));
+                }
+            }
             "namespaces" => {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 let m = meta_mut(obj);
@@ -625,9 +631,19 @@ impl State {
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        if patch_type == PatchType::Apply {
+            check_apply_config(info, &body)?;
+        }
         let existing = self.store(info).get(&key).cloned();
         let Some(existing) = existing else {
             if patch_type == PatchType::Apply && subresource.is_none() {
+                // Apply creates from the configuration alone; it must name the object.
+                if meta_str(&body, "name") != Some(name) {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        meta_str(&body, "name").unwrap_or_default()
+                    )));
+                }
                 let mut managed = ManagedFields::default();
                 let mut base = json!({"metadata": {"name": name}});
                 if info.namespaced {
@@ -666,9 +682,9 @@ impl State {
                 let mut doc = current.clone();
                 // kube-apiserver: NewGenericServerResponse(422, ...) with the patch error as
                 // the cause.
-                json_patch::patch(&mut doc, &ops).map_err(|e| ApiError {
+                apply_json_patch(&mut doc, ops).map_err(|message| ApiError {
                     details: Some(json!({
-                        "causes": [{"reason": "UnexpectedServerResponse", "message": e.to_string()}]
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": message}]
                     })),
                     ..ApiError::new(
                         422,
@@ -819,6 +835,7 @@ impl State {
         if info.storage == "nodes" {
             validation::normalize_pod_cidrs(&mut new);
         }
+        validation::prune_like_go(&mut new);
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
             if new.get("spec") != old.get("spec") {
@@ -1101,6 +1118,32 @@ impl State {
     }
 }
 
+/// Applies an RFC 6902 patch with the semantics of the Go library kube-apiserver uses
+/// (evanphx/json-patch): a `test` for `null` passes when the key is missing but its parent
+/// exists (kube's finalizer helper relies on this for an object without finalizers).
+fn apply_json_patch(doc: &mut Value, ops: json_patch::Patch) -> Result<(), String> {
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Test(t) = &op
+            && t.value.is_null()
+        {
+            let path = t.path.as_str();
+            let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+            let actual = doc.pointer(path);
+            if doc.pointer(parent).is_none() {
+                return Err(format!(
+                    "test operation does not apply: is missing path: {path}"
+                ));
+            }
+            if actual.is_none_or(Value::is_null) {
+                continue;
+            }
+            return Err(format!("testing value {path} failed: test failed"));
+        }
+        json_patch::patch(doc, &json_patch::Patch(vec![op])).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Secret defaulting: `type: Opaque`, and `stringData` folded into `data` (base64), as
 /// kube-apiserver does on every write.
 fn secret_defaults(obj: &mut Value) {
@@ -1166,6 +1209,33 @@ fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {
         id.parse().map_err(|_| bad())?,
         off.parse().map_err(|_| bad())?,
     ))
+}
+
+/// An apply configuration must carry the resource's apiVersion and kind.
+fn check_apply_config(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "error decoding YAML: the apply configuration must be an object",
+        ));
+    }
+    let av = body
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if av != info.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
+            info.api_version()
+        )));
+    }
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or_default();
+    if kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect kind specified in apply patch. Specified patch kind: {kind}, expected: {}",
+            info.kind
+        )));
+    }
+    Ok(())
 }
 
 fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
