@@ -142,6 +142,23 @@ async fn reflector_store_follows_the_server() {
         .unwrap()
         .unwrap();
     assert_eq!(store.len(), 3);
+    // The server reports managedFields; the stripped cache has none.
+    assert!(
+        !nodes
+            .get("n0")
+            .await
+            .unwrap()
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert!(
+        store
+            .state()
+            .iter()
+            .all(|n| n.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty))
+    );
     nodes
         .patch(
             "n1",

@@ -30,7 +30,8 @@
 //!   `status.conditions` by `type`, `metadata.finalizers` as a set, Service `spec.ports` by
 //!   `port`; `spec.taints` and `status.loadBalancer.ingress` are atomic) including the
 //!   `$patch`, `$retainKeys` and `$deleteFromPrimitiveList` directives, and server-side apply
-//!   with field ownership per manager (conflicts answer `409`, `force=true` takes ownership).
+//!   with field ownership per manager (conflicts answer `409`, `force=true` takes ownership),
+//!   reported in `metadata.managedFields`.
 //!   PATCH on a missing object is `404`, except apply, which creates it.
 //! - **Status subresource**: writes to Nodes and Services ignore `status`; writes to their
 //!   `/status` ignore `spec` (metadata changes are kept, as kube-apiserver's node and service
@@ -79,8 +80,10 @@
 //!
 //! Known simplifications: no authentication/authorization, no admission beyond namespace
 //! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
-//! followed), `metadata.managedFields` is not reported, `resourceVersionMatch=Exact` lists serve
-//! the current state, and lists within SSA ownership are owned as a whole.
+//! followed), `resourceVersionMatch=Exact` lists serve the current state, server-side apply
+//! owns lists as a whole (no per-item ownership of keyed lists) and `managedFields` entries do
+//! not record the subresource, strategic merge patch ignores `$setElementOrder`, and the
+//! namespace controller's work happens synchronously inside the namespace DELETE.
 
 mod http;
 mod patch;

@@ -400,8 +400,21 @@ impl State {
         &mut self,
         info: &ResourceInfo,
         ns: Option<&str>,
+        obj: Value,
+        manager: &str,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        self.create_with(info, ns, obj, manager, None, dry_run)
+    }
+
+    /// Create, with the field ownership already decided (apply) or derived from the object.
+    fn create_with(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
         mut obj: Value,
         manager: &str,
+        preset: Option<ManagedFields>,
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         if !obj.is_object() {
@@ -484,8 +497,12 @@ impl State {
         if self.store(info).contains_key(&key) {
             return Err(ApiError::already_exists(info, &name));
         }
-        let mut managed = ManagedFields::default();
-        managed.record_update(manager, None, &stored);
+        let managed = preset.unwrap_or_else(|| {
+            let mut m = ManagedFields::default();
+            m.record_update(manager, None, &stored);
+            m
+        });
+        meta_mut(&mut stored).insert("managedFields".into(), managed.to_json(&info.api_version()));
         if dry_run {
             set_rv(&mut stored, self.rv);
             return Ok(WriteResult {
@@ -652,11 +669,7 @@ impl State {
                 let obj = managed
                     .apply(manager, None, &merge_into(base, &body), force)
                     .map_err(|c| conflict_error(info, name, &c))?;
-                let res = self.create(info, ns, obj, manager, dry_run)?;
-                if !dry_run && let Some(s) = self.store(info).get_mut(&key) {
-                    s.managed = managed;
-                }
-                return Ok(res);
+                return self.create_with(info, ns, obj, manager, Some(managed), dry_run);
             }
             if info.namespaced {
                 self.check_namespace(info, &key.0, false)?;
@@ -903,6 +916,7 @@ impl State {
         }
         let rv = self.next_rv();
         set_rv(&mut new, rv);
+        meta_mut(&mut new).insert("managedFields".into(), managed.to_json(&info.api_version()));
         if terminating && finalizers(&new).is_empty() {
             self.store(info).remove(&key);
             self.emit(Change {
