@@ -778,3 +778,96 @@ async fn open_watches_are_counted() {
     assert!(rest.is_empty());
     drop(st2);
 }
+
+#[tokio::test]
+async fn strategic_merge_patch_directives_over_http() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    // $patch: delete removes one keyed list item.
+    let n = nodes
+        .patch_status(
+            "n1",
+            &pp,
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "PIDPressure", "$patch": "delete"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let types: Vec<String> = n
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    assert_eq!(types, vec!["MemoryPressure", "DiskPressure", "Ready"]);
+    // $patch: replace replaces the whole keyed list.
+    let n = nodes
+        .patch_status(
+            "n1",
+            &pp,
+            &Patch::Strategic(json!({"status": {"addresses": [{"$patch": "replace"}, {"type": "InternalIP", "address": "10.0.0.9"}]}})),
+        )
+        .await
+        .unwrap();
+    let addrs = n.status.unwrap().addresses.unwrap();
+    assert_eq!(addrs.len(), 1);
+    assert_eq!(addrs[0].address, "10.0.0.9");
+    // $retainKeys keeps only the listed keys of a map.
+    let n = nodes
+        .patch(
+            "n1",
+            &pp,
+            &Patch::Strategic(
+                json!({"metadata": {"labels": {"$retainKeys": ["kubernetes.io/hostname"]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        n.labels().keys().collect::<Vec<_>>(),
+        vec!["kubernetes.io/hostname"]
+    );
+}
+
+#[tokio::test]
+async fn await_condition_uses_a_single_object_watch() {
+    use kube::runtime::wait::{await_condition, conditions};
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    let n = nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    let uid = n.uid().unwrap();
+    let api = nodes.clone();
+    let waiter =
+        tokio::spawn(async move { await_condition(api, "n1", conditions::is_deleted(&uid)).await });
+    ccm_testing::wait::eventually(Duration::from_secs(20), || async {
+        s.open_watches("nodes") == 1
+    })
+    .await;
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let watch = s
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "watch")
+        .unwrap();
+    assert!(
+        watch.query.contains("fieldSelector=metadata.name%3Dn1"),
+        "{}",
+        watch.query
+    );
+}
