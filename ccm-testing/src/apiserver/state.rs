@@ -287,9 +287,8 @@ impl State {
         store
             .iter()
             .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
-            .filter(|(_, s)| opts.fields.matches(info, &s.obj))
+            .filter(|(_, s)| opts.fields.matches(info, &s.obj) && opts.labels.matches(&s.obj))
             .map(|(_, s)| info.present(&s.obj))
-            .filter(|o| opts.labels.matches(o))
             .collect()
     }
 
@@ -1322,7 +1321,8 @@ pub(crate) fn filter_change(
     {
         return None;
     }
-    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(&info.present(o));
+    // Labels live in metadata, the same in every representation.
+    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(o);
     let now = matches(&c.object);
     let before = c.old.as_ref().is_some_and(matches);
     let kind = match c.kind {
