@@ -118,6 +118,9 @@ async fn fake_cloud_passes_every_check() {
         "instance_type_by_provider_id",
         "node_addresses_by_provider_id",
         "get_zone_by_provider_id",
+        "get_zone_by_node_name",
+        "node_addresses",
+        "instance_type",
         "ensure_load_balancer",
         "update_load_balancer",
         "get_load_balancer",
@@ -540,7 +543,7 @@ impl Routes for Broken {
 
 /// Runs the whole suite against the broken provider and asserts that exactly `check` fails,
 /// with a report line naming it.
-async fn only_fails(flaw: Flaw, check: Check) {
+async fn only_fails(flaw: Flaw, check: Check) -> String {
     let (broken, inner) = Broken::new(flaw);
     let provider: Arc<dyn CloudProvider> = broken;
     let report = Suite::new(provider, input(&inner)).run().await;
@@ -564,13 +567,14 @@ async fn only_fails(flaw: Flaw, check: Check) {
             .to_string()
             .contains(&format!("FAIL {}", check.name()))
     );
+    line
 }
 
 macro_rules! broken_provider_tests {
     ($($test:ident: $flaw:ident => $check:ident,)*) => {$(
         #[tokio::test]
         async fn $test() {
-            only_fails(Flaw::$flaw, Check::$check).await;
+            let _ = only_fails(Flaw::$flaw, Check::$check).await;
         }
     )*};
 }
@@ -610,6 +614,24 @@ broken_provider_tests! {
         CancelLeaksLoadBalancer => CancellationLeavesConsistentState,
     racy_metadata_fails_concurrent_calls_are_safe:
         RacyMetadata => ConcurrentCallsAreSafe,
+}
+
+#[tokio::test]
+async fn failure_messages_show_what_changed() {
+    let line = only_fails(Flaw::MetadataChangesOnce, Check::InstanceMetadataStable).await;
+    assert!(
+        line.contains(r#"observed: it changed: instance_type: "fake-small" -> "fake-resized""#),
+        "{line}"
+    );
+    let line = only_fails(
+        Flaw::ExistsErrorsForUnknown,
+        Check::InstanceExistsFalseForUnknown,
+    )
+    .await;
+    assert!(
+        line.contains("observed: error (instance_not_found)"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -660,6 +660,9 @@ async fn fail_with_probability_is_seeded_and_reproducible() {
     );
     assert!(probability_pattern(1, 0.0).await.iter().all(|f| !f));
     assert!(probability_pattern(1, 1.0).await.iter().all(|f| *f));
+    // Out-of-range probabilities given to inject() are clamped, never a panic.
+    assert!(probability_pattern(1, f64::NAN).await.iter().all(|f| !f));
+    assert!(probability_pattern(1, 7.0).await.iter().all(|f| *f));
 }
 
 #[tokio::test]
@@ -983,4 +986,25 @@ async fn registry_factory_builds_a_working_provider() {
         .await
         .unwrap();
     assert_eq!(meta.zone, "reg-z");
+}
+
+#[tokio::test]
+async fn initialize_is_counted_and_can_be_faulted() {
+    let cloud = FakeCloud::default();
+    let ctx =
+        || ccm_core::InitContext::new(None::<()>, ccm_core::CancellationToken::new(), "kubernetes");
+    cloud.initialize(ctx()).await.unwrap();
+    cloud.inject("initialize", Fault::FailNext(1));
+    assert!(cloud.initialize(ctx()).await.is_err());
+    assert_eq!(cloud.call_count("initialize"), 2);
+    // An unknown operation name never fires (and is logged).
+    cloud.inject("instance_metadatas", Fault::NotImplemented);
+    assert!(
+        cloud
+            .instances_v2()
+            .unwrap()
+            .instance_metadata(&node("n"))
+            .await
+            .is_ok()
+    );
 }

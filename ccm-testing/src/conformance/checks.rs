@@ -74,6 +74,43 @@ fn has_ingress(status: &LoadBalancerStatus) -> bool {
     })
 }
 
+/// The fields in which two metadata answers differ, `field: old -> new`.
+fn metadata_diff(a: &InstanceMetadata, b: &InstanceMetadata) -> String {
+    let mut diffs = Vec::new();
+    let mut field = |name: &str, x: String, y: String| {
+        if x != y {
+            diffs.push(format!("{name}: {x} -> {y}"));
+        }
+    };
+    field(
+        "provider_id",
+        format!("{:?}", a.provider_id),
+        format!("{:?}", b.provider_id),
+    );
+    field(
+        "instance_type",
+        format!("{:?}", a.instance_type),
+        format!("{:?}", b.instance_type),
+    );
+    field(
+        "node_addresses",
+        format!("{:?}", a.node_addresses),
+        format!("{:?}", b.node_addresses),
+    );
+    field("zone", format!("{:?}", a.zone), format!("{:?}", b.zone));
+    field(
+        "region",
+        format!("{:?}", a.region),
+        format!("{:?}", b.region),
+    );
+    field(
+        "additional_labels",
+        format!("{:?}", a.additional_labels),
+        format!("{:?}", b.additional_labels),
+    );
+    diffs.join("; ")
+}
+
 /// Whether two CIDR strings name the same network (textually different forms allowed).
 fn same_cidr(a: &str, b: &str) -> bool {
     match (a.parse::<IpNet>(), b.parse::<IpNet>()) {
@@ -118,6 +155,8 @@ pub(super) struct Ctx<'a> {
     suite: &'a Suite,
     lb_touched: bool,
     routes_touched: bool,
+    /// Remarks for the result that do not change the outcome.
+    notes: Vec<String>,
 }
 
 impl<'a> Ctx<'a> {
@@ -126,6 +165,7 @@ impl<'a> Ctx<'a> {
             suite,
             lb_touched: false,
             routes_touched: false,
+            notes: Vec::new(),
         }
     }
 
@@ -370,7 +410,7 @@ impl<'a> Ctx<'a> {
 
     /// Deletes what the check created; returns notes on failures.
     pub(super) async fn cleanup(&mut self) -> Vec<String> {
-        let mut notes = Vec::new();
+        let mut notes = std::mem::take(&mut self.notes);
         if self.lb_touched
             && let Err(Stop::Failed { observed, .. }) = self.delete_lb().await
         {
@@ -442,7 +482,7 @@ async fn instance_metadata_stable(ctx: &mut Ctx<'_>) -> Step {
                 if again != first {
                     return Err(fail(
                         format!("the same instance_metadata on every call for node {name:?}"),
-                        format!("first {first:?}, then {again:?}"),
+                        format!("it changed: {}", metadata_diff(&first, &again)),
                     ));
                 }
             }
@@ -643,9 +683,16 @@ async fn instance_exists_true_for_existing(ctx: &mut Ctx<'_>) -> Step {
                 }
             }
         }
-        if let Some(v1) = ctx.v1()
-            && let Some(pid) = ctx.provider_id_of(node).await
-        {
+        let pid = match ctx.v1() {
+            Some(_) => ctx.provider_id_of(node).await,
+            None => None,
+        };
+        if ctx.v1().is_some() && pid.is_none() {
+            ctx.notes.push(format!(
+                "no provider ID known for node {name:?}: instance_exists_by_provider_id not checked"
+            ));
+        }
+        if let (Some(v1), Some(pid)) = (ctx.v1(), pid) {
             match ctx
                 .call("instance_exists_by_provider_id", || {
                     v1.instance_exists_by_provider_id(&pid)
@@ -747,9 +794,7 @@ async fn instance_shutdown_consistent(ctx: &mut Ctx<'_>) -> Step {
             )?;
         }
     }
-    for note in notes {
-        tracing::info!(check = "instance_shutdown_consistent_with_exists", "{note}");
-    }
+    ctx.notes.extend(notes);
     Ok(())
 }
 
@@ -1280,7 +1325,83 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                     format!(
                         "instance_metadata of node {name:?} after a cancelled call to answer as before"
                     ),
-                    format!("before {before:?}, after {again:?}"),
+                    format!("it changed: {}", metadata_diff(&before, &again)),
+                ));
+            }
+        }
+    }
+
+    if let (Some(v1), Ok(nodes)) = (ctx.v1(), ctx.nodes()) {
+        exercised = true;
+        let node = &nodes[0];
+        let name = name_of(node);
+        let pid = ctx.provider_id_of(node).await.unwrap_or_default();
+        let answers = || async {
+            (
+                ctx.call("instance_id", || v1.instance_id(&name)).await.ok(),
+                ctx.call("node_addresses", || v1.node_addresses(&name))
+                    .await
+                    .ok(),
+                ctx.call("instance_type", || v1.instance_type(&name))
+                    .await
+                    .ok(),
+            )
+        };
+        let before = answers().await;
+        for after in delays {
+            cancel_after(
+                after,
+                "a cancelled node_addresses",
+                v1.node_addresses(&name),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled node_addresses_by_provider_id",
+                v1.node_addresses_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(after, "a cancelled instance_id", v1.instance_id(&name)).await?;
+            cancel_after(after, "a cancelled instance_type", v1.instance_type(&name)).await?;
+            cancel_after(
+                after,
+                "a cancelled instance_type_by_provider_id",
+                v1.instance_type_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled instance_exists_by_provider_id",
+                v1.instance_exists_by_provider_id(&pid),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled instance_shutdown_by_provider_id",
+                v1.instance_shutdown_by_provider_id(&pid),
+            )
+            .await?;
+            if let Some(zones) = ctx.provider().zones() {
+                cancel_after(
+                    after,
+                    "a cancelled get_zone_by_provider_id",
+                    zones.get_zone_by_provider_id(&pid),
+                )
+                .await?;
+                cancel_after(
+                    after,
+                    "a cancelled get_zone_by_node_name",
+                    zones.get_zone_by_node_name(&name),
+                )
+                .await?;
+            }
+            let again = answers().await;
+            if again != before {
+                return Err(fail(
+                    format!(
+                        "instance_id, node_addresses and instance_type of node {name:?} after cancelled legacy calls to answer as before: {before:?}"
+                    ),
+                    format!("{again:?}"),
                 ));
             }
         }
@@ -1316,6 +1437,47 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
             ctx.ensure(hosts).await?;
             cancel_after(
                 after,
+                "a cancelled get_load_balancer",
+                lb.get_load_balancer(cluster, svc),
+            )
+            .await?;
+            cancel_after(
+                after,
+                "a cancelled update_load_balancer",
+                lb.update_load_balancer(cluster, svc, &hosts[..1]),
+            )
+            .await?;
+            ctx.call("update_load_balancer", || {
+                lb.update_load_balancer(cluster, svc, hosts)
+            })
+            .await
+            .or_else(|e| {
+                if e.is_implemented_elsewhere() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| {
+                fail(
+                    format!(
+                        "update_load_balancer of {} after a cancelled update to succeed",
+                        service_ref(svc)
+                    ),
+                    describe(&e),
+                )
+            })?;
+            if ctx.get_lb().await?.is_none() {
+                return Err(fail(
+                    format!(
+                        "get_load_balancer of {} to report it after a cancelled then a completed update_load_balancer",
+                        service_ref(svc)
+                    ),
+                    "None",
+                ));
+            }
+            cancel_after(
+                after,
                 "a cancelled ensure_load_balancer_deleted",
                 lb.ensure_load_balancer_deleted(cluster, svc),
             )
@@ -1338,11 +1500,18 @@ async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
 
     if let Ok((routes, cidr, node)) = ctx.routes() {
         exercised = true;
+        require_unused_cidr(ctx, cidr).await?;
         let cluster = ctx.cluster();
         let route = ctx.route_for(node, cidr);
         let hint = Ctx::name_hint(node, "");
         for after in delays {
             ctx.routes_touched = true;
+            cancel_after(
+                after,
+                "a cancelled list_routes",
+                routes.list_routes(cluster),
+            )
+            .await?;
             cancel_after(
                 after,
                 "a cancelled create_route",
@@ -1455,10 +1624,10 @@ async fn concurrency(ctx: &mut Ctx<'_>) -> Step {
                 Ok(meta) => {
                     return Err(fail(
                         format!(
-                            "parallel instance_metadata of node {:?} to answer as a sequential call: {expected:?}",
+                            "parallel instance_metadata of node {:?} to answer as a sequential call",
                             name_of(node)
                         ),
-                        format!("{meta:?}"),
+                        format!("it differs: {}", metadata_diff(expected, &meta)),
                     ));
                 }
                 Err(e) => {

@@ -52,8 +52,11 @@
 //! What the suite creates (a load balancer for the given Service, routes inside the given CIDR)
 //! it deletes again at the end of each check; cleanup failures are noted in the check's result.
 //!
+//! The suite runs inside a Tokio runtime (`#[tokio::test]`, single- or multi-threaded); the
+//! concurrency check spawns tasks on it. Checks run one after the other.
+//!
 //! Every provider call is made under a time limit ([`ConformanceInput::call_timeout`]), a
-//! [`CloudError::Retry`](ccm_core::CloudError::Retry) answer is honoured (the call is repeated
+//! [`CloudError::Retry`] answer is honoured (the call is repeated
 //! after the requested delay, up to [`ConformanceInput::retry_budget`]), and a panicking provider
 //! fails the check instead of aborting the suite.
 
@@ -92,7 +95,8 @@ pub struct ConformanceInput {
     /// a load balancer for. It must not have a load balancer when the suite starts.
     pub service: Option<Service>,
     /// A CIDR the suite may create routes in (e.g. an unused `/24` of the cluster CIDR). The
-    /// round-trip checks use it whole; the concurrency check splits it.
+    /// round-trip checks use it whole; the concurrency check splits it. It must be unused: a
+    /// check finding a route in it fails, and cleanup deletes every route inside it.
     pub route_cidr: Option<String>,
     /// Reports the backend hosts the cloud holds for a Service's load balancer, so the
     /// `update_load_balancer` check can verify the hosts really changed. Without it, that check
@@ -321,10 +325,13 @@ pub enum Check {
     /// answer either invents a provider ID for a dead machine or hides the deletion.
     LegacyInstanceIdNotFoundForUnknown,
     /// Dropping a call's future part-way (the framework's cancellation: shutdown, per-call
-    /// timeout) neither panics nor leaves inconsistent state: after a cancelled
-    /// `ensure_load_balancer` or `ensure_load_balancer_deleted`, an ensure followed by a delete
-    /// leaves the load balancer as it was before; after a cancelled `create_route`, deleting
-    /// what is listed leaves no route; reads answer as before.
+    /// timeout) neither panics nor leaves inconsistent state. Every method of every offered
+    /// capability is cancelled right after its first poll and after
+    /// [`ConformanceInput::cancel_after`]; then: reads (instance, legacy, zone lookups) answer
+    /// as before; after a cancelled `ensure_load_balancer`, `update_load_balancer` or
+    /// `ensure_load_balancer_deleted`, completed calls still work and an ensure followed by a
+    /// delete leaves the load balancer as it was before; after a cancelled `create_route` or
+    /// `delete_route`, deleting what is listed leaves no route.
     ///
     /// Why: the Go contract passes a `context.Context` to every method (§1) that callers cancel;
     /// in Rust the framework drops the future, which a provider must survive.

@@ -18,7 +18,7 @@
 //!   name. Nodes whose name matches `missing_nodes` do not exist: `instance_exists` and
 //!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
 //!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
-//!   [`CloudError::InstanceNotFound`](ccm_core::CloudError::InstanceNotFound). Nodes matching
+//!   [`CloudError::InstanceNotFound`]. Nodes matching
 //!   `shutdown_nodes` exist and are shut down.
 //! - **Load balancers**: keyed by the Service's `<namespace>/<name>`; `ensure_load_balancer`
 //!   creates or replaces one (remembering its hosts, ports and cluster) and answers an ingress
@@ -26,7 +26,9 @@
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
 //!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
 //!   A load balancer is reported only to the cluster name that created it.
-//! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`;
+//! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
+//!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
+//!   route controller passes one hint, the Node UID, for both families of a dual-stack Node);
 //!   creating an existing route replaces it and succeeds, deleting a missing route succeeds.
 //!   Routes seeded with [`FakeCloud::insert_route`] are listed for every cluster name.
 //! - **Clusters**: `list_clusters` answers `clusters`; `master` answers
@@ -196,11 +198,8 @@ struct StoredRoute {
     route: Route,
 }
 
-struct ArmedFault {
-    kind: ArmedKind,
-}
-
-enum ArmedKind {
+/// A [`Fault`] armed on an operation, with its remaining count or its random generator.
+enum ArmedFault {
     FailNext(usize),
     Probability { p: f64, rng: Box<ChaCha8Rng> },
     Retry { after: Duration, left: usize },
@@ -227,21 +226,21 @@ impl State {
         let faults = self.faults.get_mut(op)?;
         let mut fired = None;
         for fault in faults.iter_mut() {
-            fired = match &mut fault.kind {
-                ArmedKind::FailNext(left) if *left > 0 => {
+            fired = match fault {
+                ArmedFault::FailNext(left) if *left > 0 => {
                     *left -= 1;
                     Some(injected(op))
                 }
-                ArmedKind::Probability { p, rng } => rng.random_bool(*p).then(|| injected(op)),
-                ArmedKind::Retry { after, left } if *left > 0 => {
+                ArmedFault::Probability { p, rng } => rng.random_bool(*p).then(|| injected(op)),
+                ArmedFault::Retry { after, left } if *left > 0 => {
                     *left -= 1;
                     Some(CloudError::retry(
                         *after,
                         format!("fake cloud: injected retry of {op}"),
                     ))
                 }
-                ArmedKind::NotImplemented => Some(CloudError::NotImplemented),
-                ArmedKind::InstanceNotFound => Some(CloudError::InstanceNotFound),
+                ArmedFault::NotImplemented => Some(CloudError::NotImplemented),
+                ArmedFault::InstanceNotFound => Some(CloudError::InstanceNotFound),
                 _ => None,
             };
             if fired.is_some() {
@@ -250,8 +249,8 @@ impl State {
         }
         faults.retain(|f| {
             !matches!(
-                f.kind,
-                ArmedKind::FailNext(0) | ArmedKind::Retry { left: 0, .. }
+                f,
+                ArmedFault::FailNext(0) | ArmedFault::Retry { left: 0, .. }
             )
         });
         fired
@@ -271,17 +270,17 @@ fn injected(op: &str) -> CloudError {
 }
 
 fn arm(fault: Fault) -> ArmedFault {
-    let kind = match fault {
-        Fault::FailNext(n) => ArmedKind::FailNext(n),
-        Fault::FailWithProbability { p, seed } => ArmedKind::Probability {
-            p: p.clamp(0.0, 1.0),
+    match fault {
+        Fault::FailNext(n) => ArmedFault::FailNext(n),
+        Fault::FailWithProbability { p, seed } => ArmedFault::Probability {
+            // Out-of-range values are clamped (NaN never fails) rather than panicking in rand.
+            p: if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) },
             rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
         },
-        Fault::Retry { after, count } => ArmedKind::Retry { after, left: count },
-        Fault::NotImplemented => ArmedKind::NotImplemented,
-        Fault::InstanceNotFound => ArmedKind::InstanceNotFound,
-    };
-    ArmedFault { kind }
+        Fault::Retry { after, count } => ArmedFault::Retry { after, left: count },
+        Fault::NotImplemented => ArmedFault::NotImplemented,
+        Fault::InstanceNotFound => ArmedFault::InstanceNotFound,
+    }
 }
 
 /// Compiles name patterns, logging and skipping invalid ones.
@@ -422,6 +421,10 @@ impl FakeCloud {
     }
 
     /// The route table, in route-name order, with `enable_node_addresses` as stored.
+    ///
+    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`] (the
+    /// capability); reach that one with `CloudProvider::routes(&cloud)` or
+    /// `cloud.provider().routes()`.
     pub fn routes(&self) -> Vec<Route> {
         self.lock()
             .routes
