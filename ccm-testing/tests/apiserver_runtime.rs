@@ -463,3 +463,36 @@ async fn empty_lists_are_dropped_as_kube_apiserver_does() {
     assert!(n.metadata.annotations.is_none());
     assert!(n.spec.unwrap().pod_cidrs.is_none());
 }
+
+#[tokio::test]
+async fn an_injected_watch_expiry_makes_the_watcher_relist() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    s.fail_next("watch", "nodes", 1, 410, None);
+    let mut w = watcher(nodes.clone(), watcher::Config::default()).boxed();
+    let mut gone = false;
+    let mut init_done = 0;
+    while init_done < 2 {
+        match tokio::time::timeout(T, w.next()).await.unwrap().unwrap() {
+            Ok(WEvent::InitDone) => init_done += 1,
+            Ok(_) => {}
+            Err(watcher::Error::WatchError(e)) => {
+                assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+                gone = true;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(gone);
+    let log = s.requests();
+    let expired = log.iter().find(|r| r.verb == "watch").unwrap();
+    assert_eq!(
+        expired.status, 200,
+        "an expired watch is a 200 stream with an ERROR event"
+    );
+    assert_eq!(log.iter().filter(|r| r.verb == "list").count(), 2);
+}

@@ -205,7 +205,12 @@ pub(crate) async fn handle(
     }
 
     let resp = if let Some(e) = inner.take_fault(&record) {
-        error_response(&e)
+        if record.verb == "watch" && e.code == 410 {
+            // kube-apiserver sends an expired watch as a 200 stream with one ERROR event.
+            watch_error_response(&e)
+        } else {
+            error_response(&e)
+        }
     } else {
         match uri.path() {
             "/version" => json_response(
@@ -625,17 +630,8 @@ fn watch_response(
             }
             (rx, start_rv)
         }
-        Err(e) => {
-            // kube-apiserver answers 200 and sends the 410 as an ERROR event.
-            let mut s = json!({ "type": "ERROR", "object": e.to_status() }).to_string();
-            s.push('\n');
-            let mut resp = Response::new(Body::from(s));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            return Ok(resp);
-        }
+        // kube-apiserver answers 200 and sends the 410 as an ERROR event.
+        Err(e) => return Ok(watch_error_response(&e)),
     };
     let interval = inner.bookmark_interval();
     inner.watch_opened(&info.qualified());
@@ -665,6 +661,18 @@ fn watch_response(
         HeaderValue::from_static("application/json"),
     );
     Ok(resp)
+}
+
+/// A watch response carrying a single `ERROR` event.
+fn watch_error_response(e: &ApiError) -> Response {
+    let mut s = json!({ "type": "ERROR", "object": e.to_status() }).to_string();
+    s.push('\n');
+    let mut resp = Response::new(Body::from(s));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// `/apis`: the API groups served (besides the core group).

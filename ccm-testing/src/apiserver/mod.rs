@@ -302,6 +302,8 @@ impl ApiServer {
     /// and a `Status` body whose reason matches the code (429 `TooManyRequests`, 409
     /// `Conflict`, 500 `InternalError`, ...). `retry_after` adds a `Retry-After` header
     /// (whole seconds, rounded up). Note that kube's client retries 429, 503 and 504 by itself.
+    /// A `watch` failed with 410 is answered as kube-apiserver expires a watch: a 200 stream
+    /// with one `ERROR` event carrying the `410 Expired` status.
     pub fn fail_next(
         &self,
         verb: &str,

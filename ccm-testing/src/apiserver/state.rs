@@ -739,24 +739,9 @@ impl State {
                 meta_str(&patched, "name").unwrap_or_default()
             )));
         }
-        let manager_for_update = if patch_type == PatchType::Apply {
-            None
-        } else {
-            Some(manager)
-        };
-        self.write(
-            info,
-            key,
-            subresource,
-            patched,
-            manager_for_update.unwrap_or(manager),
-            if patch_type == PatchType::Apply {
-                Some(managed)
-            } else {
-                None
-            },
-            dry_run,
-        )
+        // Apply has already decided the field ownership; other patches are updates.
+        let applied = (patch_type == PatchType::Apply).then_some(managed);
+        self.write(info, key, subresource, patched, manager, applied, dry_run)
     }
 
     /// The shared tail of update and patch: preconditions, subresource semantics, validation,
