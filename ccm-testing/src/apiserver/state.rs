@@ -56,7 +56,7 @@ type Key = (String, String);
 #[derive(Debug)]
 struct Snapshot {
     rv: u64,
-    items: Vec<Value>,
+    items: Arc<Vec<Value>>,
 }
 
 /// The kind of write being made (for request semantics that differ per verb).
@@ -309,7 +309,7 @@ impl State {
                 })?;
                 (snap.rv, snap.items.clone(), offset)
             }
-            None => (self.rv, self.matching(info, ns, opts), 0),
+            None => (self.rv, Arc::new(self.matching(info, ns, opts)), 0),
         };
         let total = items.len();
         let end = match opts.limit {
