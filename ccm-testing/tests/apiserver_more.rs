@@ -871,3 +871,77 @@ async fn await_condition_uses_a_single_object_watch() {
         watch.query
     );
 }
+
+#[tokio::test]
+async fn list_at_an_exact_resource_version() {
+    use kube::api::VersionMatch;
+    let s = ApiServer::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let a = cms
+        .create(&PostParams::default(), &cm("default", "a", &[("v", "1")]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("default", "b", &[]))
+        .await
+        .unwrap();
+    let at = s.resource_version().to_string();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+    cms.create(&PostParams::default(), &cm("default", "c", &[]))
+        .await
+        .unwrap();
+
+    let then = cms
+        .list(&ListParams::default().at(&at).matching(VersionMatch::Exact))
+        .await
+        .unwrap();
+    assert_eq!(then.metadata.resource_version.as_deref(), Some(at.as_str()));
+    let names: Vec<String> = then.items.iter().map(|c| c.name_any()).collect();
+    assert_eq!(names, vec!["a", "b"]);
+    assert_eq!(then.items[0].labels()["v"], "1");
+    assert_eq!(then.items[0].resource_version(), a.resource_version());
+    let now = cms.list(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = now.items.iter().map(|c| c.name_any()).collect();
+    assert_eq!(names, vec!["a", "c"]);
+    // NotOlderThan an old version serves the latest state.
+    let latest = cms
+        .list(
+            &ListParams::default()
+                .at(&at)
+                .matching(VersionMatch::NotOlderThan),
+        )
+        .await
+        .unwrap();
+    assert_eq!(latest.items.len(), 2);
+    assert_eq!(latest.items[0].labels()["v"], "2");
+    // From the future: 504 (asked without client retries: kube retries 504 by itself);
+    // compacted: 410.
+    let mut cfg = kube::Config::new(s.url().parse().unwrap());
+    cfg.default_retry = false;
+    let no_retry: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), "default");
+    let future = (s.resource_version() + 10).to_string();
+    let e = api_err(
+        no_retry
+            .list(
+                &ListParams::default()
+                    .at(&future)
+                    .matching(VersionMatch::Exact),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (504, "Timeout"));
+    s.compact();
+    let e = api_err(
+        cms.list(&ListParams::default().at(&at).matching(VersionMatch::Exact))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+}

@@ -329,13 +329,32 @@ async fn serve(
                     )],
                 ));
             }
-            if param("resourceVersionMatch") == Some("NotOlderThan")
-                && let Some(n) = param("resourceVersion").and_then(|v| v.parse::<u64>().ok())
-            {
-                let current = inner.state().current_rv();
-                if n > current {
-                    return Err(super::state::too_large(n, current));
+            let mut opts = opts;
+            let rv = match param("resourceVersion") {
+                None | Some("") => None,
+                Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {v:?}"))
+                })?),
+            };
+            if rv.is_some() && opts.continue_token.is_some() {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            match (rv, param("resourceVersionMatch")) {
+                (Some(0), Some("Exact")) => {
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
                 }
+                (Some(n), Some("Exact")) => opts.exact_version = Some(n),
+                (Some(n), _) if n != 0 => {
+                    let current = inner.state().current_rv();
+                    if n > current {
+                        return Err(super::state::too_large(n, current));
+                    }
+                }
+                _ => {}
             }
             let list = inner.state().list(info, ns, &opts)?;
             Ok(json_response(

@@ -11,7 +11,10 @@
 //!
 //! - **Reads**: get; list with `labelSelector`, `fieldSelector` (`metadata.name`,
 //!   `metadata.namespace` and the per-resource fields kube-apiserver indexes), `limit` and
-//!   `continue` (a consistent snapshot across pages); `PartialObjectMetadata` answers when asked.
+//!   `continue` (a consistent snapshot across pages); `resourceVersion` with
+//!   `resourceVersionMatch=Exact` lists the state at that version (from the retained history;
+//!   older is `410 Expired`), `NotOlderThan`/unset serve the latest state, a version from the
+//!   future is `504`; `PartialObjectMetadata` answers when asked.
 //! - **Watch**: one global resourceVersion counter; `resourceVersion` unset or `0` starts with
 //!   synthetic `ADDED` events for the current state, `resourceVersion=N` replays what happened
 //!   after `N`; a version older than the retained history gets an `ERROR` event carrying a
@@ -80,7 +83,7 @@
 //!
 //! Known simplifications: no authentication/authorization, no admission beyond namespace
 //! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
-//! followed), `resourceVersionMatch=Exact` lists serve the current state, server-side apply
+//! followed), server-side apply
 //! owns lists as a whole (no per-item ownership of keyed lists) and `managedFields` entries do
 //! not record the subresource, strategic merge patch ignores `$setElementOrder`, and the
 //! namespace controller's work happens synchronously inside the namespace DELETE.

@@ -75,6 +75,8 @@ pub(crate) struct ListOptions {
     pub(crate) fields: FieldSelector,
     pub(crate) limit: Option<usize>,
     pub(crate) continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: list the state as it was at this version.
+    pub(crate) exact_version: Option<u64>,
 }
 
 /// What a write returns: the object (resource representation) and whether it was created.
@@ -292,6 +294,60 @@ impl State {
             .collect()
     }
 
+    /// Like [`matching`](Self::matching), for the state at resourceVersion `v`: the current
+    /// state with the retained history after `v` undone. 504 for a future version, 410 for
+    /// one older than the history.
+    fn matching_at(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        v: u64,
+    ) -> Result<Vec<Value>, ApiError> {
+        if v > self.rv {
+            return Err(too_large(v, self.rv));
+        }
+        if v < self.compacted_rv {
+            return Err(ApiError::expired(format!(
+                "too old resource version: {v} ({})",
+                self.compacted_rv + 1
+            )));
+        }
+        let mut objects: BTreeMap<Key, Value> = self
+            .stores
+            .get(info.storage)
+            .map(|s| {
+                s.iter()
+                    .map(|(k, st)| (k.clone(), st.obj.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for c in self.history.iter().rev().take_while(|c| c.rv > v) {
+            if c.storage != info.storage {
+                continue;
+            }
+            let key = (
+                c.namespace.clone(),
+                meta_str(&c.object, "name").unwrap_or_default().to_string(),
+            );
+            match (&c.kind, &c.old) {
+                (EventType::Added, _) => {
+                    objects.remove(&key);
+                }
+                (_, Some(old)) => {
+                    objects.insert(key, old.clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(objects
+            .iter()
+            .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
+            .filter(|(_, o)| opts.fields.matches(info, o) && opts.labels.matches(o))
+            .map(|(_, o)| info.present(o))
+            .collect())
+    }
+
     /// A list response (kind `<Kind>List`).
     pub(crate) fn list(
         &mut self,
@@ -309,7 +365,10 @@ impl State {
                 })?;
                 (snap.rv, snap.items.clone(), offset)
             }
-            None => (self.rv, Arc::new(self.matching(info, ns, opts)), 0),
+            None => match opts.exact_version {
+                Some(v) => (v, Arc::new(self.matching_at(info, ns, opts, v)?), 0),
+                None => (self.rv, Arc::new(self.matching(info, ns, opts)), 0),
+            },
         };
         let total = items.len();
         let end = match opts.limit {
