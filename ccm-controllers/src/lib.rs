@@ -34,6 +34,7 @@
 pub mod budget;
 mod builtin;
 pub mod client;
+pub mod cloud_node;
 pub mod context;
 pub mod controllers_flag;
 mod error;
@@ -41,8 +42,12 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod node_lifecycle;
 pub mod options;
+pub mod route;
 pub mod runtime;
+pub mod secure_serving;
+pub mod service;
 pub mod serving;
 pub mod workqueue;
 
