@@ -40,7 +40,7 @@ use ccm_testing::fake_cloud::FakeCloud;
 use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{
-    ContainerImage, Event, Namespace, Node, NodeAddress, NodeCondition, Service,
+    ContainerImage, Event, Namespace, Node, NodeCondition, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -829,7 +829,6 @@ impl Ccm {
             .arg(format!("--secure-port={port}"));
         if routes {
             cmd.arg("--configure-cloud-routes=true")
-                .arg("--allocate-node-cidrs=true")
                 .arg("--cluster-cidr=10.0.0.0/8");
         } else {
             cmd.arg("--configure-cloud-routes=false");
