@@ -28,20 +28,18 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_core::well_known::{
-    CONDITION_NETWORK_UNAVAILABLE, FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_FAILURE_DOMAIN_BETA_REGION,
-    LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA,
-    LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_UNINITIALIZED,
-};
 use ccm_core::InstanceMetadata;
+use ccm_core::well_known::{
+    CONDITION_NETWORK_UNAVAILABLE, FINALIZER_LOAD_BALANCER_CLEANUP,
+    LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_UNINITIALIZED,
+};
 use ccm_testing::apiserver::{ApiServer, RequestRecord};
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::FakeCloud;
 use clap::{Parser, ValueEnum};
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{
-    ContainerImage, Event, Namespace, Node, NodeCondition, Service,
-};
+use k8s_openapi::api::core::v1::{ContainerImage, Event, Namespace, Node, NodeCondition, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -439,9 +437,21 @@ const IMAGES: [(&str, &str, i64); 40] = [
     ("docker.io/library/busybox", "1.37.0", 2_156_541),
     ("docker.io/library/alpine", "3.21.3", 3_653_068),
     ("docker.io/bitnami/kubectl", "1.33.0", 87_001_215),
-    ("quay.io/jetstack/cert-manager-controller", "v1.17.2", 21_882_301),
-    ("quay.io/jetstack/cert-manager-webhook", "v1.17.2", 17_410_952),
-    ("quay.io/jetstack/cert-manager-cainjector", "v1.17.2", 16_551_320),
+    (
+        "quay.io/jetstack/cert-manager-controller",
+        "v1.17.2",
+        21_882_301,
+    ),
+    (
+        "quay.io/jetstack/cert-manager-webhook",
+        "v1.17.2",
+        17_410_952,
+    ),
+    (
+        "quay.io/jetstack/cert-manager-cainjector",
+        "v1.17.2",
+        16_551_320,
+    ),
     (
         "ghcr.io/external-secrets/external-secrets",
         "v0.16.1",
@@ -876,7 +886,10 @@ impl Ccm {
                 panic!("[bench] fake-ccm exited with {status}:\n{log}");
             }
             if Instant::now() > deadline {
-                panic!("[bench] fake-ccm not ready after {timeout:?}; log {}", self.log.display());
+                panic!(
+                    "[bench] fake-ccm not ready after {timeout:?}; log {}",
+                    self.log.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -1020,7 +1033,12 @@ impl Report {
     }
 
     fn secs(&mut self, key: &str, label: &str, d: Duration) {
-        self.fig(key, label, json!(secs(d)), format!("{:.3} s", d.as_secs_f64()));
+        self.fig(
+            key,
+            label,
+            json!(secs(d)),
+            format!("{:.3} s", d.as_secs_f64()),
+        );
     }
 
     /// A figure with a target; `applies` is false when the run's size differs from the size
@@ -1072,7 +1090,11 @@ impl Report {
         }
         for (i, (k, v)) in counts.iter().enumerate() {
             self.rows.push(Row {
-                figure: if i == 0 { label.to_string() } else { String::new() },
+                figure: if i == 0 {
+                    label.to_string()
+                } else {
+                    String::new()
+                },
                 value: format!("{:.3}  {k}", v / per),
                 target: String::new(),
                 verdict: String::new(),
@@ -1261,7 +1283,12 @@ async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
             .iter()
             .map(|(k, c)| g.node_initialised[k].saturating_duration_since(*c))
             .collect();
-        let last_created = g.node_created.values().max().copied().unwrap_or(created_all);
+        let last_created = g
+            .node_created
+            .values()
+            .max()
+            .copied()
+            .unwrap_or(created_all);
         let last_init = g.node_initialised.values().max().copied().unwrap_or(t0);
         (lat, last_created, last_init)
     };
@@ -1286,7 +1313,11 @@ async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
             target_size && !floor,
         );
     }
-    report.secs("total_s", "first creation -> all initialised", last_init - t0);
+    report.secs(
+        "total_s",
+        "first creation -> all initialised",
+        last_init - t0,
+    );
     report.secs(
         "creation_s",
         "first creation -> last creation",
@@ -1379,7 +1410,9 @@ fn spawn_floor(env: &Env) -> tokio::task::JoinHandle<()> {
     let cloud = FakeCloud::default();
     tokio::spawn(async move {
         let mut seen = HashSet::new();
-        let stream = watcher(api.clone(), cfg).default_backoff().applied_objects();
+        let stream = watcher(api.clone(), cfg)
+            .default_backoff()
+            .applied_objects();
         futures::pin_mut!(stream);
         while let Ok(Some(n)) = stream.try_next().await {
             let name = n.metadata.name.clone().unwrap_or_default();
@@ -1487,7 +1520,11 @@ async fn lb_burst(env: &Env, opts: &Opts, report: &mut Report) -> (Ccm, Shared) 
         format!("{:.1} s over", total.as_secs_f64() - 5.0),
         target_size,
     );
-    report.secs("creation_s", "first creation -> last creation", last_created - t0);
+    report.secs(
+        "creation_s",
+        "first creation -> last creation",
+        last_created - t0,
+    );
     let mut sorted = lat;
     sorted.sort();
     for (p, name) in [(0.5, "p50"), (0.99, "p99")] {
@@ -1499,7 +1536,12 @@ async fn lb_burst(env: &Env, opts: &Opts, report: &mut Report) -> (Ccm, Shared) 
     }
     let after = ccm.metrics().await;
     let calls = diff(&after.cloud_calls(), &before.cloud_calls());
-    report.counts("cloud_calls_per_service", "cloud calls per Service", &calls, m);
+    report.counts(
+        "cloud_calls_per_service",
+        "cloud calls per Service",
+        &calls,
+        m,
+    );
     let ensure = calls.get("ensure_load_balancer").copied().unwrap_or(0.0) / m as f64;
     report.target(
         "ensure_per_service",
@@ -1586,7 +1628,12 @@ async fn node_churn(env: &Env, opts: &Opts) -> Report {
         "last join -> all joined initialised",
         init_last.saturating_duration_since(last_join),
     );
-    report.counts("cloud_calls_per_lb", "cloud calls per load balancer", &calls, m);
+    report.counts(
+        "cloud_calls_per_lb",
+        "cloud calls per load balancer",
+        &calls,
+        m,
+    );
     let updates = calls.get("update_load_balancer").copied().unwrap_or(0.0);
     let per_lb = updates / m as f64;
     let target_size = n == 50 && m >= 200 && k >= 20;
@@ -1851,8 +1898,16 @@ async fn route_burst(env: &Env, opts: &Opts) -> Report {
         )
     };
     report.latencies("route_latency", "creation -> NetworkUnavailable=False", lat);
-    report.secs("total_s", "first creation -> every node routed", last_done - t0);
-    report.secs("creation_s", "first creation -> last creation", last_created - t0);
+    report.secs(
+        "total_s",
+        "first creation -> every node routed",
+        last_done - t0,
+    );
+    report.secs(
+        "creation_s",
+        "first creation -> last creation",
+        last_created - t0,
+    );
     report.secs(
         "after_last_creation_s",
         "last creation -> every node routed",
@@ -1878,8 +1933,10 @@ fn machine() -> Value {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
         })
         .unwrap_or_default();
     json!({
