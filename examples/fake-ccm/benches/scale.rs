@@ -895,6 +895,31 @@ impl Ccm {
         }
     }
 
+    /// Waits until the CCM has sent no API request for 3 s (its own client metrics; at most
+    /// 120 s), so that writes still queued behind the client rate limiter are counted.
+    async fn quiet(&self) {
+        let still = Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut last = -1.0;
+        let mut since = Instant::now();
+        while Instant::now() < deadline {
+            let total: f64 = self
+                .metrics()
+                .await
+                .by("rest_client_requests_total", "method")
+                .values()
+                .sum();
+            if total != last {
+                last = total;
+                since = Instant::now();
+            } else if since.elapsed() >= still {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("[bench] the CCM still sends requests after 120 s; measuring anyway");
+    }
+
     async fn metrics(&self) -> Metrics {
         Metrics::parse(&self.get("/metrics").await.unwrap())
     }
@@ -1273,8 +1298,11 @@ async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
     })
     .await;
     drop(progress);
-    // Trailing writes (events) of the last nodes.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Trailing writes (address patches, events) still waiting for a rate-limit token.
+    match &ccm {
+        Some(c) => c.quiet().await,
+        None => tokio::time::sleep(Duration::from_secs(2)).await,
+    }
 
     let (lat, last_created, last_init) = {
         let g = lock(&track);
@@ -1474,7 +1502,7 @@ async fn lb_burst(env: &Env, opts: &Opts, report: &mut Report) -> (Ccm, Shared) 
             lock(&track).node_initialised.len() >= n
         })
         .await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        ccm.quiet().await;
     }
     let before = ccm.metrics().await;
     env.clear_requests();
@@ -1494,7 +1522,7 @@ async fn lb_burst(env: &Env, opts: &Opts, report: &mut Report) -> (Ccm, Shared) 
     })
     .await;
     drop(progress);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    ccm.quiet().await;
     let (lat, last_created, last_ingress) = {
         let g = lock(&track);
         let lat: Vec<Duration> = g
@@ -1883,7 +1911,7 @@ async fn route_burst(env: &Env, opts: &Opts) -> Report {
     })
     .await;
     drop(progress);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    ccm.quiet().await;
     let (lat, last_created, last_done) = {
         let g = lock(&track);
         let lat: Vec<Duration> = g
