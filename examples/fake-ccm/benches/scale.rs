@@ -836,7 +836,10 @@ impl Ccm {
             .arg(format!("--cloud-config={}", config.display()))
             .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
-            .arg(format!("--secure-port={port}"));
+            .arg(format!("--secure-port={port}"))
+            // HTTPS with a self-signed certificate and delegated authorisation, as in Go;
+            // the harness reads /metrics without credentials.
+            .arg("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics");
         if routes {
             cmd.arg("--configure-cloud-routes=true")
                 .arg("--cluster-cidr=10.0.0.0/8");
@@ -856,8 +859,10 @@ impl Ccm {
             "[bench] fake-ccm pid {pid}, metrics on 127.0.0.1:{port}, log {}",
             log.display()
         );
-        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().unwrap();
-        let http = kube::Client::try_from(kube::Config::new(url)).unwrap();
+        let url: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
+        let mut http_config = kube::Config::new(url);
+        http_config.accept_invalid_certs = true;
+        let http = kube::Client::try_from(http_config).unwrap();
         let mut ccm = Ccm {
             child,
             pid,
