@@ -800,7 +800,7 @@ impl Shared {
         self.metrics.loadbalancer_sync.inc();
         let started = Instant::now();
         let result = lb
-            .update_load_balancer(self.cluster(), &service, &hosts)
+            .update_load_balancer(self.cluster(), &service, hosts)
             .await;
         ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
         let error = match result {
