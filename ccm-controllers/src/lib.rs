@@ -59,3 +59,7 @@ pub use options::{FlagError, Options, parse_go_duration};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,
 };
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/writing-a-provider.md")]
+mod guide_writing_a_provider {}
