@@ -63,3 +63,7 @@ pub use runtime::{
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/writing-a-provider.md")]
 mod guide_writing_a_provider {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/running.md")]
+mod guide_running {}
