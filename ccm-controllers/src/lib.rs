@@ -67,3 +67,7 @@ mod guide_writing_a_provider {}
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/running.md")]
 mod guide_running {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/testing.md")]
+mod guide_testing {}
