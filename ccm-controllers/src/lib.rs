@@ -71,3 +71,7 @@ mod guide_running {}
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/testing.md")]
 mod guide_testing {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/migrating-from-go.md")]
+mod guide_migrating_from_go {}
