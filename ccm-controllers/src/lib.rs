@@ -43,6 +43,7 @@ pub mod leader;
 pub mod metrics;
 pub mod options;
 pub mod runtime;
+pub mod secure_serving;
 pub mod serving;
 pub mod workqueue;
 
