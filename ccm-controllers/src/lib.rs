@@ -76,3 +76,11 @@ mod guide_testing {}
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/migrating-from-go.md")]
 mod guide_migrating_from_go {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/README.md")]
+mod guide_index {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
