@@ -22,5 +22,34 @@ use crate::runtime::ControllerEntry;
 
 /// The built-in controllers, in start order. Only controllers whose modules exist are listed.
 pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
-    Vec::new()
+    vec![route_controller()]
+}
+
+/// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
+/// routes (the runtime has already checked `--cluster-cidr` then).
+fn route_controller() -> ControllerEntry {
+    use crate::route::{CONTROLLER_ALIAS, CONTROLLER_NAME, RouteConfig};
+    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+        let o = &args.options;
+        if !o.configure_cloud_routes() {
+            tracing::info!("--configure-cloud-routes=false: not configuring cloud routes");
+            return Ok(());
+        }
+        let cluster_cidrs = o
+            .cluster_cidrs()
+            .map_err(|e| crate::ControllerError::Config {
+                controller: CONTROLLER_NAME,
+                message: e.0,
+            })?;
+        crate::route::run(
+            ctx,
+            RouteConfig {
+                cluster_cidrs,
+                reconciliation_period: o.route_reconciliation_period(),
+                ..RouteConfig::default()
+            },
+        )
+        .await
+    })
+    .alias(CONTROLLER_ALIAS)
 }

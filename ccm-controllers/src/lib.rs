@@ -34,6 +34,7 @@
 pub mod budget;
 mod builtin;
 pub mod client;
+pub mod cloud_node;
 pub mod context;
 pub mod controllers_flag;
 mod error;
@@ -42,9 +43,12 @@ pub mod informer;
 pub mod leader;
 pub mod metrics;
 pub mod options;
+pub mod route;
 pub mod runtime;
 pub mod secure_serving;
+pub mod service;
 pub mod serving;
+pub mod node_lifecycle;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};

@@ -44,6 +44,8 @@ struct Created {
 pub struct TestCluster {
     client: kube::Client,
     server: Option<ApiServer>,
+    /// The kubeconfig path of a real cluster (for the cleanup on drop).
+    kubeconfig: Option<String>,
     created: Mutex<Vec<Created>>,
 }
 
@@ -63,28 +65,38 @@ impl TestCluster {
     ///
     /// If `$CCM_TEST_KUBECONFIG` is set but the kubeconfig cannot be read or used (the message
     /// names the path and the error).
-    #[allow(clippy::panic)] // test harness: a broken test setup must stop the test loudly
     pub async fn start() -> TestCluster {
         match std::env::var(KUBECONFIG_ENV) {
-            Ok(path) if !path.is_empty() => {
-                let client = match real_client(&path).await {
-                    Ok(c) => c,
-                    Err(e) => panic!("{KUBECONFIG_ENV}={path}: {e}"),
-                };
-                TestCluster {
-                    client,
-                    server: None,
-                    created: Mutex::new(Vec::new()),
-                }
-            }
+            Ok(path) if !path.is_empty() => TestCluster::from_kubeconfig(&path).await,
             _ => {
                 let server = ApiServer::start().await;
                 TestCluster {
                     client: server.client(),
                     server: Some(server),
+                    kubeconfig: None,
                     created: Mutex::new(Vec::new()),
                 }
             }
+        }
+    }
+
+    /// Uses the (real) cluster of the kubeconfig at `path`, as [`start`](Self::start) does when
+    /// `$CCM_TEST_KUBECONFIG` is set.
+    ///
+    /// # Panics
+    ///
+    /// If the kubeconfig cannot be read or used (the message names the path and the error).
+    #[allow(clippy::panic)] // test harness: a broken test setup must stop the test loudly
+    pub async fn from_kubeconfig(path: &str) -> TestCluster {
+        let client = match real_client(path).await {
+            Ok(c) => c,
+            Err(e) => panic!("kubeconfig {path}: {e}"),
+        };
+        TestCluster {
+            client,
+            server: None,
+            kubeconfig: Some(path.to_string()),
+            created: Mutex::new(Vec::new()),
         }
     }
 
@@ -190,25 +202,67 @@ impl TestCluster {
     pub async fn cleanup(&self) {
         let created: Vec<Created> =
             std::mem::take(&mut *crate::apiserver::lock_ignoring_poison(&self.created));
-        for c in created.into_iter().rev() {
-            let api = dynamic_api(&self.client, &c.resource, c.namespace.as_deref());
-            let unfinalize = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
-            match api
-                .patch(&c.name, &PatchParams::default(), &unfinalize)
-                .await
+        delete_all(&self.client, created).await;
+    }
+}
+
+/// On a real cluster, whatever a test created and did not clean up (e.g. because it panicked)
+/// is deleted when the `TestCluster` drops, from a helper thread with its own runtime (the
+/// test's runtime may be shutting down). In-process servers simply go away.
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        let created: Vec<Created> =
+            std::mem::take(&mut *crate::apiserver::lock_ignoring_poison(&self.created));
+        let Some(path) = self.kubeconfig.clone() else {
+            return;
+        };
+        if created.is_empty() {
+            return;
+        }
+        let cleaner = std::thread::spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
             {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Ok(rt) => rt,
                 Err(e) => {
-                    tracing::warn!(kind = %c.resource.kind, name = %c.name, error = %e, "cleanup: removing finalizers")
+                    tracing::warn!(error = %e, "TestCluster drop: no runtime for cleanup");
+                    return;
                 }
+            };
+            rt.block_on(async move {
+                match real_client(&path).await {
+                    Ok(client) => delete_all(&client, created).await,
+                    Err(e) => tracing::warn!(error = %e, "TestCluster drop: no client for cleanup"),
+                }
+            });
+        });
+        if cleaner.join().is_err() {
+            tracing::warn!("TestCluster drop: the cleanup thread panicked");
+        }
+    }
+}
+
+/// Deletes the objects, newest first, removing finalizers first.
+async fn delete_all(client: &kube::Client, created: Vec<Created>) {
+    for c in created.into_iter().rev() {
+        let api = dynamic_api(client, &c.resource, c.namespace.as_deref());
+        let unfinalize = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+        match api
+            .patch(&c.name, &PatchParams::default(), &unfinalize)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => {
+                tracing::warn!(kind = %c.resource.kind, name = %c.name, error = %e, "cleanup: removing finalizers")
             }
-            match api.delete(&c.name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => {
-                    tracing::warn!(kind = %c.resource.kind, name = %c.name, error = %e, "cleanup: deleting")
-                }
+        }
+        match api.delete(&c.name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(kind = %c.resource.kind, name = %c.name, error = %e, "cleanup: deleting")
             }
         }
     }

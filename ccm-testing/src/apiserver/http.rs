@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::resources::{self, ResourceInfo};
 use super::selector::{FieldSelector, LabelSelector};
-use super::state::{Change, EventType, ListOptions, PatchType, filter_change};
+use super::state::{Change, ListOptions, PatchType, filter_change};
 use super::status::{ApiError, reason_for_code};
 use super::{Inner, RequestRecord};
 
@@ -217,6 +217,10 @@ pub(crate) async fn handle(
                 200,
                 &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
             ),
+            "/apis" => json_response(200, &discovery_groups()),
+            p if discovery_resources(p).is_some() => {
+                json_response(200, &discovery_resources(p).unwrap_or_default())
+            }
             _ => match target {
                 None => error_response(&not_served()),
                 Some(t) => serve(&inner, &method, &t, &query, &headers, &body, watch)
@@ -260,7 +264,10 @@ async fn serve(
     watch: bool,
 ) -> Result<Response, ApiError> {
     let info = resources::lookup(&t.group, &t.version, &t.resource).ok_or_else(not_served)?;
-    if info.namespaced != t.namespace.is_some() && !(info.namespaced && t.name.is_none()) {
+    // Cluster-scoped resources have no namespaced paths; namespaced ones are reachable without
+    // a namespace only to list and watch across namespaces.
+    let all_namespaces_read = info.namespaced && t.name.is_none() && method == Method::GET;
+    if info.namespaced != t.namespace.is_some() && !all_namespaces_read {
         return Err(not_served());
     }
     if let Some(sub) = &t.subresource
@@ -316,6 +323,14 @@ async fn serve(
                         "resourceVersionMatch is forbidden unless resourceVersion is provided",
                     )],
                 ));
+            }
+            if param("resourceVersionMatch") == Some("NotOlderThan")
+                && let Some(n) = param("resourceVersion").and_then(|v| v.parse::<u64>().ok())
+            {
+                let current = inner.state().current_rv();
+                if n > current {
+                    return Err(super::state::too_large(n, current));
+                }
             }
             let list = inner.state().list(info, ns, &opts)?;
             Ok(json_response(
@@ -470,6 +485,12 @@ struct WatchStream {
     done: bool,
 }
 
+impl Drop for WatchStream {
+    fn drop(&mut self) {
+        self.inner.watch_closed(&self.info.qualified());
+    }
+}
+
 impl WatchStream {
     fn line(&self, ty: &str, obj: Value) -> Bytes {
         let obj = if self.meta_only && ty != "ERROR" {
@@ -571,6 +592,13 @@ fn watch_response(
     };
     let bookmarks = param("allowWatchBookmarks") == Some("true");
     let send_initial = param("sendInitialEvents") == Some("true");
+    if send_initial && !bookmarks {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Required value: sendInitialEvents requires allowWatchBookmarks=true",
+        ));
+    }
     if send_initial && param("resourceVersionMatch") != Some("NotOlderThan") {
         return Err(ApiError::new(
             422,
@@ -609,8 +637,8 @@ fn watch_response(
             return Ok(resp);
         }
     };
-    let _ = EventType::Added;
     let interval = inner.bookmark_interval();
+    inner.watch_opened(&info.qualified());
     let ws = WatchStream {
         inner: inner.clone(),
         info,
@@ -637,6 +665,71 @@ fn watch_response(
         HeaderValue::from_static("application/json"),
     );
     Ok(resp)
+}
+
+/// `/apis`: the API groups served (besides the core group).
+fn discovery_groups() -> Value {
+    let mut groups: Vec<&str> = resources::RESOURCES
+        .iter()
+        .map(|r| r.group)
+        .filter(|g| !g.is_empty())
+        .collect();
+    groups.dedup();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|g| {
+            let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
+            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/api/v1` and `/apis/<group>/v1`: the resources of one group version.
+fn discovery_resources(path: &str) -> Option<Value> {
+    let (group, version) = match path
+        .trim_end_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["", "api", v] => ("", *v),
+        ["", "apis", g, v] => (*g, *v),
+        _ => return None,
+    };
+    let mut list = Vec::new();
+    for r in resources::RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        list.push(json!({
+            "name": r.plural,
+            "singularName": r.kind.to_lowercase(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+        }));
+        if r.status_subresource {
+            list.push(json!({
+                "name": format!("{}/status", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
+    if list.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
+    )
 }
 
 /// The error a `fail_next` rule answers with.

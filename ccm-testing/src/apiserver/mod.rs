@@ -40,12 +40,42 @@
 //!   set once, taint effects and duplicate taint key+effect pairs, Service ports, type,
 //!   `externalTrafficPolicy`, `loadBalancerClass` (immutable), clusterIP (immutable), Lease
 //!   durations. Services get their defaults (clusterIP, node ports, policies).
+//!   Node `spec.podCIDR`/`podCIDRs` are kept in step (valid CIDRs, one per family, set once);
+//!   Secrets get `type: Opaque` and have `stringData` folded into `data`; events.k8s.io/v1
+//!   Events need `eventTime`, `reportingController`, `reportingInstance`, `action` and `reason`.
 //! - **Errors** are `Status` objects with `reason`, `code` and `details` as kube-apiserver
-//!   words them.
+//!   words them; a `resourceVersion` from the future answers `504 Timeout`
+//!   (`ResourceVersionTooLarge`).
+//! - **Discovery**: `/api`, `/api/v1`, `/apis`, `/apis/<group>/v1` and `/version`, so
+//!   `kube::Discovery` and dynamic clients work.
 //!
 //! Test hooks: [`ApiServer::fail_next`] (with `Retry-After` for 429), [`ApiServer::set_latency`],
-//! [`ApiServer::close_watches`], [`ApiServer::compact`] and the request log
-//! [`ApiServer::requests`].
+//! [`ApiServer::close_watches`], [`ApiServer::compact`], [`ApiServer::set_bookmark_interval`],
+//! [`ApiServer::open_watches`] and the request log [`ApiServer::requests`].
+//!
+//! ```
+//! use ccm_testing::apiserver::ApiServer;
+//! use k8s_openapi::api::core::v1::Node;
+//! use kube::api::{Api, Patch, PatchParams, PostParams};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let server = ApiServer::start().await;
+//! let nodes: Api<Node> = Api::all(server.client());
+//! nodes
+//!     .create(&PostParams::default(), &ccm_testing::builders::kubelet_node("n1").build())
+//!     .await
+//!     .unwrap();
+//! // The next status patch of a Node fails with 409 Conflict.
+//! server.fail_next("patch", "nodes/status", 1, 409, None);
+//! let err = nodes
+//!     .patch_status("n1", &PatchParams::default(), &Patch::Merge(serde_json::json!({})))
+//!     .await
+//!     .unwrap_err();
+//! assert!(matches!(err, kube::Error::Api(s) if s.code == 409));
+//! assert_eq!(server.requests().last().map(|r| r.status), Some(409));
+//! # }
+//! ```
 //!
 //! Known simplifications: no authentication/authorization, no admission beyond namespace
 //! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
@@ -116,6 +146,8 @@ pub(crate) struct Inner {
     faults: Mutex<Vec<FailRule>>,
     latency: Mutex<Duration>,
     bookmark_interval: Mutex<Duration>,
+    /// Open watch streams per resource (`nodes`, `leases.coordination.k8s.io`, ...).
+    open_watches: Mutex<std::collections::BTreeMap<String, usize>>,
     close_tx: tokio::sync::watch::Sender<u64>,
 }
 
@@ -145,6 +177,18 @@ impl Inner {
 
     pub(crate) fn close_rx(&self) -> tokio::sync::watch::Receiver<u64> {
         self.close_tx.subscribe()
+    }
+
+    pub(crate) fn watch_opened(&self, resource: &str) {
+        *lock(&self.open_watches)
+            .entry(resource.to_string())
+            .or_default() += 1;
+    }
+
+    pub(crate) fn watch_closed(&self, resource: &str) {
+        if let Some(n) = lock(&self.open_watches).get_mut(resource) {
+            *n = n.saturating_sub(1);
+        }
     }
 
     pub(crate) fn record(&self, r: RequestRecord) {
@@ -204,6 +248,7 @@ impl ApiServer {
             faults: Mutex::new(Vec::new()),
             latency: Mutex::new(Duration::ZERO),
             bookmark_interval: Mutex::new(Duration::from_secs(5)),
+            open_watches: Mutex::new(std::collections::BTreeMap::new()),
             close_tx,
         });
         let app = axum::Router::new()
@@ -288,6 +333,18 @@ impl ApiServer {
     /// Ends every open watch stream (clients re-watch from their last resourceVersion).
     pub fn close_watches(&self) {
         self.inner.close_tx.send_modify(|g| *g += 1);
+    }
+
+    /// How many watch streams on `resource` are open (`"nodes"`, `"services"`,
+    /// `"leases.coordination.k8s.io"`, ...; `"*"` for all). A stream its client abandoned
+    /// counts until the server notices, at the next event or bookmark it tries to send.
+    pub fn open_watches(&self, resource: &str) -> usize {
+        let open = lock(&self.inner.open_watches);
+        if resource == "*" {
+            open.values().sum()
+        } else {
+            open.get(resource).copied().unwrap_or(0)
+        }
     }
 
     /// Forgets the event history and list snapshots: a watch from any earlier

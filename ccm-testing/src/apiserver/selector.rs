@@ -139,6 +139,25 @@ fn field_pointer(info: &ResourceInfo, field: &str) -> Option<&'static str> {
     }
 }
 
+/// events.k8s.io/v1 field labels mapped onto the core Event fields they are stored as.
+fn events_v1_field<'a>(info: &ResourceInfo, field: &'a str) -> &'a str {
+    if info.group != "events.k8s.io" {
+        return field;
+    }
+    match field {
+        "regarding.kind" => "involvedObject.kind",
+        "regarding.namespace" => "involvedObject.namespace",
+        "regarding.name" => "involvedObject.name",
+        "regarding.uid" => "involvedObject.uid",
+        "regarding.apiVersion" => "involvedObject.apiVersion",
+        "regarding.resourceVersion" => "involvedObject.resourceVersion",
+        "regarding.fieldPath" => "involvedObject.fieldPath",
+        "reportingController" => "reportingComponent",
+        "deprecatedSource" => "source",
+        other => other,
+    }
+}
+
 impl FieldSelector {
     pub(crate) fn parse(info: &ResourceInfo, s: &str) -> Result<Self, ApiError> {
         let mut reqs = Vec::new();
@@ -158,7 +177,7 @@ impl FieldSelector {
                     "invalid selector: '{s}'; can't understand '{part}'"
                 )));
             };
-            let k = k.trim();
+            let k = events_v1_field(info, k.trim());
             if field_pointer(info, k).is_none() {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {k}"

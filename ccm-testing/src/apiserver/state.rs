@@ -362,6 +362,9 @@ impl State {
         let mut initial = Vec::new();
         match rv {
             Some(n) if n != 0 && !send_initial => {
+                if n > self.rv {
+                    return Err(too_large(n, self.rv));
+                }
                 if n < self.compacted_rv {
                     return Err(ApiError::expired(format!(
                         "too old resource version: {n} ({})",
@@ -469,7 +472,10 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
-        let errs = validate(info, &stored, None);
+        let mut errs = validate(info, &stored, None);
+        if info.group == "events.k8s.io" {
+            errs.extend(validation::validate_events_v1_create(&obj));
+        }
         if !errs.is_empty() {
             return Err(ApiError::invalid(info, &name, &errs));
         }
@@ -534,6 +540,8 @@ impl State {
                     self.next_node_port = 30_000;
                 }
             }
+            "secrets" => secret_defaults(obj),
+            "nodes" => validation::normalize_pod_cidrs(obj),
             "namespaces" => {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 let m = meta_mut(obj);
@@ -656,8 +664,18 @@ impl State {
                 let ops: json_patch::Patch = serde_json::from_value(body)
                     .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
                 let mut doc = current.clone();
-                json_patch::patch(&mut doc, &ops)
-                    .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
+                // kube-apiserver: NewGenericServerResponse(422, ...) with the patch error as
+                // the cause.
+                json_patch::patch(&mut doc, &ops).map_err(|e| ApiError {
+                    details: Some(json!({
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": e.to_string()}]
+                    })),
+                    ..ApiError::new(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                    )
+                })?;
                 doc
             }
             PatchType::Strategic => {
@@ -794,6 +812,12 @@ impl State {
                     }
                 }
             }
+        }
+        if info.storage == "secrets" {
+            secret_defaults(&mut new);
+        }
+        if info.storage == "nodes" {
+            validation::normalize_pod_cidrs(&mut new);
         }
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
@@ -1077,10 +1101,62 @@ impl State {
     }
 }
 
+/// Secret defaulting: `type: Opaque`, and `stringData` folded into `data` (base64), as
+/// kube-apiserver does on every write.
+fn secret_defaults(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    o.entry("type").or_insert(json!("Opaque"));
+    if let Some(Value::Object(string_data)) = o.remove("stringData") {
+        let data = o.entry("data").or_insert(json!({}));
+        for (k, v) in string_data {
+            if let Some(s) = v.as_str() {
+                data[k] = json!(base64_encode(s.as_bytes()));
+            }
+        }
+    }
+}
+
+/// Standard base64 with padding. Hand-written: a dozen lines do not justify a dependency.
+fn base64_encode(input: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Deep-merges `patch` into `base` (objects merge, other values replace).
 fn merge_into(mut base: Value, patch: &Value) -> Value {
     json_patch::merge(&mut base, patch);
     base
+}
+
+/// kube-apiserver's answer to a resourceVersion from the future (after its 3 s wait).
+pub(crate) fn too_large(requested: u64, current: u64) -> ApiError {
+    ApiError {
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1
+        })),
+        ..ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        )
+    }
 }
 
 fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {
@@ -1127,6 +1203,7 @@ fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldE
     let mut errs = validation::validate_meta(info, obj);
     match info.storage {
         "nodes" => {
+            errs.extend(validation::validate_pod_cidrs(obj));
             errs.extend(validation::validate_node(obj));
             if let Some(old) = old {
                 errs.extend(validation::validate_node_update(obj, old));
@@ -1173,4 +1250,18 @@ pub(crate) fn filter_change(
         _ => return None,
     };
     Some((kind, with_type_meta(info, info.present(&c.object))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64() {
+        assert_eq!(base64_encode(b""), "");
+        assert_eq!(base64_encode(b"f"), "Zg==");
+        assert_eq!(base64_encode(b"fo"), "Zm8=");
+        assert_eq!(base64_encode(b"foo"), "Zm9v");
+        assert_eq!(base64_encode(b"foobar"), "Zm9vYmFy");
+    }
 }

@@ -226,6 +226,71 @@ pub(crate) fn validate_node(obj: &Value) -> Vec<FieldError> {
     errs
 }
 
+/// `spec.podCIDR` and `spec.podCIDRs` are one field in kube-apiserver's internal type: the
+/// plural list wins, the singular mirrors its first entry.
+pub(crate) fn normalize_pod_cidrs(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let plural_first = spec
+        .get("podCIDRs")
+        .and_then(Value::as_array)
+        .and_then(|a| a.first())
+        .cloned();
+    match plural_first {
+        Some(first) => {
+            spec.insert("podCIDR".into(), first);
+        }
+        None => {
+            if let Some(single) = spec
+                .get("podCIDR")
+                .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            {
+                let single = single.clone();
+                spec.insert("podCIDRs".into(), json!([single]));
+            }
+        }
+    }
+}
+
+/// `spec.podCIDRs`: valid CIDRs, at most two, at most one per IP family.
+pub(crate) fn validate_pod_cidrs(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(cidrs) = obj.pointer("/spec/podCIDRs").and_then(Value::as_array) else {
+        return errs;
+    };
+    if cidrs.len() > 2 {
+        errs.push(FieldError::invalid(
+            "spec.podCIDRs",
+            &Value::Array(cidrs.clone()).to_string(),
+            "may specify no more than one CIDR for each IP family",
+        ));
+    }
+    let mut families = Vec::new();
+    for (i, c) in cidrs.iter().enumerate() {
+        let s = c.as_str().unwrap_or_default();
+        match s.parse::<ipnet::IpNet>() {
+            Ok(net) => {
+                let v4 = matches!(net, ipnet::IpNet::V4(_));
+                if families.contains(&v4) {
+                    errs.push(FieldError::invalid(
+                        "spec.podCIDRs",
+                        &Value::Array(cidrs.clone()).to_string(),
+                        "may specify no more than one CIDR for each IP family",
+                    ));
+                }
+                families.push(v4);
+            }
+            Err(_) => errs.push(FieldError::invalid(
+                format!("spec.podCIDRs[{i}]"),
+                s,
+                "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)",
+            )),
+        }
+    }
+    errs
+}
+
 /// Node update validation (`ValidateNodeUpdate`): providerID and podCIDRs are set-once.
 pub(crate) fn validate_node_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -521,6 +586,44 @@ pub(crate) fn validate_lease(obj: &Value) -> Vec<FieldError> {
             &t.to_string(),
             "must be greater than or equal to 0",
         ));
+    }
+    errs
+}
+
+/// events.k8s.io/v1 create validation (`ValidateEventCreate` for the v1 API).
+pub(crate) fn validate_events_v1_create(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if obj.get("eventTime").is_none_or(Value::is_null) {
+        errs.push(FieldError::required("eventTime", ""));
+    }
+    let ty = str_at(obj, "/type").unwrap_or_default();
+    if ty != "Normal" && ty != "Warning" {
+        errs.push(FieldError::invalid("type", ty, "has invalid value"));
+    }
+    let mut required = |field: &str, limit: usize| match str_at(obj, &format!("/{field}")) {
+        None | Some("") => errs.push(FieldError::required(field, "")),
+        Some(v) if v.len() > limit => errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: field.to_string(),
+            message: format!("{field}: Too long: may not be more than {limit} bytes"),
+        }),
+        Some(_) => {}
+    };
+    required("reportingController", 253);
+    required("reportingInstance", 128);
+    required("action", 128);
+    required("reason", 128);
+    if let Some(c) = str_at(obj, "/reportingController") {
+        errs.extend(qualified_name_errors("reportingController", c));
+    }
+    if let Some(note) = str_at(obj, "/note")
+        && note.len() > 1024
+    {
+        errs.push(FieldError {
+            reason: "FieldValueTooLong",
+            field: "note".into(),
+            message: "note: Too long: may not be more than 1024 bytes".into(),
+        });
     }
     errs
 }

@@ -26,7 +26,9 @@
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
 //!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
 //!   A load balancer is reported only to the cluster name that created it.
-//! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`;
+//! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
+//!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
+//!   route controller passes one hint, the Node UID, for both families of a dual-stack Node);
 //!   creating an existing route replaces it and succeeds, deleting a missing route succeeds.
 //!   Routes seeded with [`FakeCloud::insert_route`] are listed for every cluster name.
 //! - **Clusters**: `list_clusters` answers `clusters`; `master` answers

@@ -409,7 +409,17 @@ impl Routes for FakeCloud {
         route: &Route,
     ) -> CloudResult<()> {
         self.call("create_route", route.destination_cidr.as_str(), |_, st| {
-            let name = format!("{cluster_name}-{name_hint}");
+            let base = format!("{cluster_name}-{name_hint}");
+            // The route controller passes the Node's UID as the hint for every pod CIDR of the
+            // Node (one per family on dual-stack), as Go does: a second CIDR under the same
+            // hint gets its own route instead of replacing the first.
+            let name = match st.routes.get(&base) {
+                Some(r) if r.route.destination_cidr != route.destination_cidr => format!(
+                    "{base}-{}",
+                    route.destination_cidr.replace(['/', ':', '.'], "-")
+                ),
+                _ => base,
+            };
             st.routes.insert(
                 name.clone(),
                 StoredRoute {

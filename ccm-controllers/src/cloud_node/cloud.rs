@@ -1,0 +1,202 @@
+//! Cloud lookups of the cloud-node controller: instance metadata through `InstancesV2`, or the
+//! legacy `Instances` (+ `Zones`) fallbacks of Go's `getInstanceMetadata` (reference §2.3).
+
+use ccm_core::{
+    CloudError, CloudProvider, InstanceMetadata, Instances, Node, NodeAddress, ProviderId,
+};
+
+use super::plan::Step;
+
+/// Metadata for a node, and whether an empty providerID is an error.
+#[derive(Clone, Debug)]
+pub(crate) struct Fetched {
+    /// The metadata (on the legacy path: assembled from several calls).
+    pub(crate) meta: InstanceMetadata,
+    /// True on the `InstancesV2` path; false on the legacy path, where `instance_id`
+    /// answering `NotImplemented` leaves the providerID empty and initialisation continues.
+    pub(crate) require_provider_id: bool,
+}
+
+/// A failed lookup and the step it belongs to.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub(crate) struct FetchError {
+    /// The step named in the Warning event.
+    pub(crate) step: Step,
+    /// The cloud's error (a `Retry` is honoured by the caller).
+    #[source]
+    pub(crate) source: CloudError,
+}
+
+impl FetchError {
+    fn metadata(source: CloudError) -> Self {
+        FetchError {
+            step: Step::Metadata,
+            source,
+        }
+    }
+}
+
+fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn node_provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .unwrap_or_default()
+}
+
+/// The provider ID of a node on the legacy path (Go's `GetInstanceProviderID`):
+/// `<provider_name>://<instance_id(node name)>`. `NotImplemented` and `InstanceNotFound` pass
+/// through unchanged.
+pub(crate) async fn legacy_provider_id(
+    cloud: &dyn CloudProvider,
+    instances: &dyn Instances,
+    node_name: &str,
+) -> Result<String, CloudError> {
+    let id = instances.instance_id(node_name).await?;
+    ProviderId::new(cloud.provider_name(), id)
+        .map(|p| p.to_string())
+        .map_err(CloudError::other)
+}
+
+/// Tries the by-provider-ID lookup, then the by-name one (Go's `...ByProviderIDOrName`).
+/// The by-provider-ID call is skipped when the node has no providerID (Go calls it with an
+/// empty string). A `Retry` from the first call is returned at once: the provider asked us to
+/// wait, not to try another way.
+async fn by_id_or_name<T, A, B>(
+    what: &str,
+    provider_id: &str,
+    by_id: A,
+    by_name: B,
+) -> Result<T, CloudError>
+where
+    A: Future<Output = Result<T, CloudError>>,
+    B: Future<Output = Result<T, CloudError>>,
+{
+    if provider_id.is_empty() {
+        return by_name.await;
+    }
+    let id_err = match by_id.await {
+        Ok(v) => return Ok(v),
+        Err(e @ CloudError::Retry { .. }) => return Err(e),
+        Err(e) => e,
+    };
+    match by_name.await {
+        Ok(v) => Ok(v),
+        Err(e @ CloudError::Retry { .. }) => Err(e),
+        Err(name_err) => Err(CloudError::msg(format!(
+            "{what}: error fetching by providerID: {id_err}, error fetching by node name: {name_err}"
+        ))),
+    }
+}
+
+/// The node's instance metadata: one `instance_metadata` call with `InstancesV2`, else three
+/// to six legacy calls (instance ID when the node has no providerID, instance type, addresses,
+/// and the zone when the provider offers `Zones`).
+pub(crate) async fn fetch_metadata(
+    cloud: &dyn CloudProvider,
+    node: &Node,
+) -> Result<Fetched, FetchError> {
+    if let Some(v2) = cloud.instances_v2() {
+        let meta = v2
+            .instance_metadata(node)
+            .await
+            .map_err(FetchError::metadata)?;
+        return Ok(Fetched {
+            meta,
+            require_provider_id: true,
+        });
+    }
+    let Some(instances) = cloud.instances() else {
+        return Err(FetchError::metadata(CloudError::msg(
+            "failed to get instances from cloud provider",
+        )));
+    };
+    let name = node_name(node);
+    let mut provider_id = node_provider_id(node).to_owned();
+    if provider_id.is_empty() {
+        provider_id = match legacy_provider_id(cloud, instances, name).await {
+            Ok(id) => id,
+            Err(CloudError::NotImplemented) => String::new(),
+            Err(source) => {
+                return Err(FetchError {
+                    step: Step::ProviderId,
+                    source,
+                });
+            }
+        };
+    }
+    let instance_type = by_id_or_name(
+        "instance type",
+        &provider_id,
+        instances.instance_type_by_provider_id(&provider_id),
+        instances.instance_type(name),
+    )
+    .await
+    .map_err(FetchError::metadata)?;
+    let node_addresses = legacy_addresses(instances, &provider_id, name)
+        .await
+        .map_err(FetchError::metadata)?;
+    let mut meta = InstanceMetadata {
+        provider_id,
+        instance_type,
+        node_addresses,
+        ..Default::default()
+    };
+    if let Some(zones) = cloud.zones() {
+        let zone = by_id_or_name(
+            "zone",
+            &meta.provider_id,
+            zones.get_zone_by_provider_id(&meta.provider_id),
+            zones.get_zone_by_node_name(name),
+        )
+        .await
+        .map_err(|e| match e {
+            e @ CloudError::Retry { .. } => FetchError::metadata(e),
+            e => FetchError::metadata(CloudError::msg(format!(
+                "failed to get zone from cloud provider: {e}"
+            ))),
+        })?;
+        meta.zone = zone.failure_domain;
+        meta.region = zone.region;
+    }
+    Ok(Fetched {
+        meta,
+        require_provider_id: false,
+    })
+}
+
+async fn legacy_addresses(
+    instances: &dyn Instances,
+    provider_id: &str,
+    name: &str,
+) -> Result<Vec<NodeAddress>, CloudError> {
+    by_id_or_name(
+        "node addresses",
+        provider_id,
+        instances.node_addresses_by_provider_id(provider_id),
+        instances.node_addresses(name),
+    )
+    .await
+}
+
+/// The node's current addresses for the periodic refresh (Go's `getInstanceNodeAddresses`):
+/// `instance_metadata` with `InstancesV2`, else `node_addresses_by_provider_id` falling back
+/// to `node_addresses`.
+pub(crate) async fn fetch_addresses(
+    cloud: &dyn CloudProvider,
+    node: &Node,
+) -> Result<Vec<NodeAddress>, CloudError> {
+    if let Some(v2) = cloud.instances_v2() {
+        return Ok(v2.instance_metadata(node).await?.node_addresses);
+    }
+    let Some(instances) = cloud.instances() else {
+        return Err(CloudError::msg(
+            "failed to get instances from cloud provider",
+        ));
+    };
+    legacy_addresses(instances, node_provider_id(node), node_name(node)).await
+}

@@ -1,0 +1,107 @@
+//! Metrics of the cloud-node controller.
+
+use std::time::Duration;
+
+use ccm_core::Node;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use crate::metrics::MetricsRegistry;
+
+/// Labels of the reconcile counters: what was reconciled and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReconcileLabels {
+    /// `initialize`, `labels` or `addresses`.
+    pub(crate) kind: &'static str,
+    /// `success`, `error` or `retry`.
+    pub(crate) result: &'static str,
+}
+
+/// Labels of the reconcile duration histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct KindLabel {
+    /// `initialize`, `labels` or `addresses`.
+    pub(crate) kind: &'static str,
+}
+
+/// Go's node-controller histograms plus reconcile counts and durations.
+#[derive(Clone, Debug)]
+pub(crate) struct CloudNodeMetrics {
+    taint_removal_delay: Histogram,
+    initial_sync_delay: Histogram,
+    reconciles: Family<ReconcileLabels, Counter>,
+    durations: Family<KindLabel, Histogram>,
+}
+
+/// Go's buckets for the two node histograms: 1 s × 4^n, 6 buckets (1 s … 1024 s).
+fn delay_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(1.0, 4.0, 6)
+}
+
+impl CloudNodeMetrics {
+    /// Creates the metrics and registers them in `registry` (once per `run`).
+    pub(crate) fn register(registry: &MetricsRegistry) -> Self {
+        let m = CloudNodeMetrics {
+            taint_removal_delay: Histogram::new(delay_buckets()),
+            initial_sync_delay: Histogram::new(delay_buckets()),
+            reconciles: Family::default(),
+            durations: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 4.0, 10))
+            }),
+        };
+        registry.register(
+            "node_controller_cloud_provider_taint_removal_delay_seconds",
+            "Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node.",
+            m.taint_removal_delay.clone(),
+        );
+        registry.register(
+            "node_controller_initial_node_sync_delay_seconds",
+            "Number of seconds after node creation when NodeController finished the initial synchronization of a single node.",
+            m.initial_sync_delay.clone(),
+        );
+        registry.register(
+            "node_controller_reconciles",
+            "Reconciles of the cloud-node controller by kind (initialize, labels, addresses) and result (success, error, retry).",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "node_controller_reconcile_duration_seconds",
+            "Duration of cloud-node controller reconciles by kind, including cloud calls and API writes.",
+            m.durations.clone(),
+        );
+        m
+    }
+
+    /// Counts one reconcile and its duration.
+    pub(crate) fn reconciled(&self, kind: &'static str, result: &'static str, took: Duration) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels { kind, result })
+            .inc();
+        self.durations
+            .get_or_create(&KindLabel { kind })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Records the taint-removal delay of `node` (seconds since its creation).
+    pub(crate) fn taint_removed(&self, node: &Node) {
+        if let Some(age) = age_seconds(node) {
+            self.taint_removal_delay.observe(age);
+        }
+    }
+
+    /// Records the initial-sync delay of `node` (seconds since its creation).
+    pub(crate) fn initial_sync_done(&self, node: &Node) {
+        if let Some(age) = age_seconds(node) {
+            self.initial_sync_delay.observe(age);
+        }
+    }
+}
+
+/// Seconds since the node's `creationTimestamp` (never negative), when it has one.
+fn age_seconds(node: &Node) -> Option<f64> {
+    let created = node.metadata.creation_timestamp.as_ref()?.0;
+    let age = jiff::Timestamp::now().duration_since(created);
+    Some(age.as_secs_f64().max(0.0))
+}

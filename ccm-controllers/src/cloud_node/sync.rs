@@ -1,0 +1,360 @@
+//! The async shell of the cloud-node controller: reads the cache, calls the cloud, writes.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use ccm_core::{CloudError, Node, NodeAddress};
+use kube::api::Api;
+
+use super::cloud::{self, FetchError};
+use super::metrics::CloudNodeMetrics;
+use super::patch::{self, PatchError};
+use super::plan::{self, InitError, SpecUpdate, Step};
+use crate::context::ControllerContext;
+use crate::events::EventRecorder;
+use crate::workqueue::Outcome;
+
+/// Event reason of a successful initialisation (Go's).
+pub(crate) const REASON_SYNCED: &str = "Synced";
+/// Event reason of a failed initialisation step (not in Go, which only logs).
+pub(crate) const REASON_SYNC_FAILED: &str = "SyncFailed";
+
+/// State shared by the workers and the periodic refresh.
+pub(crate) struct Shared {
+    pub(crate) ctx: ControllerContext,
+    pub(crate) api: Api<Node>,
+    pub(crate) recorder: EventRecorder,
+    pub(crate) metrics: CloudNodeMetrics,
+    /// Nodes this controller untainted: name → UID. A tainted cached copy of such a node is a
+    /// stale view (our write has not reached the cache yet), so it is re-read instead of being
+    /// initialised a second time.
+    initialized: Mutex<HashMap<String, String>>,
+    /// Nodes untainted whose address write failed: name → (UID, addresses). Retried without a
+    /// cloud call, so a node is never left without its cloud addresses until the next periodic
+    /// refresh (Go only logs such a failure).
+    pending_addresses: Mutex<HashMap<String, (String, Vec<NodeAddress>)>>,
+    /// Nodes whose provider answered `CloudError::Retry`: name → earliest next cloud call. A
+    /// node update arriving meanwhile must not bring the call forward (the queue's own
+    /// delayed add brings the node back at that time).
+    retry_not_before: Mutex<HashMap<String, Instant>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn uid(node: &Node) -> String {
+    node.metadata.uid.clone().unwrap_or_default()
+}
+
+impl Shared {
+    pub(crate) fn new(
+        ctx: ControllerContext,
+        recorder: EventRecorder,
+        metrics: CloudNodeMetrics,
+    ) -> Self {
+        Shared {
+            api: Api::all(ctx.client.clone()),
+            ctx,
+            recorder,
+            metrics,
+            initialized: Mutex::new(HashMap::new()),
+            pending_addresses: Mutex::new(HashMap::new()),
+            retry_not_before: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Forgets what is remembered about a deleted node.
+    pub(crate) fn forget(&self, name: &str) {
+        lock(&self.initialized).remove(name);
+        lock(&self.pending_addresses).remove(name);
+        lock(&self.retry_not_before).remove(name);
+    }
+
+    fn initialized_by_us(&self, node: &Node) -> bool {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        lock(&self.initialized)
+            .get(name)
+            .is_some_and(|u| *u == uid(node))
+    }
+
+    /// Processes one node key from the work queue.
+    pub(crate) async fn sync_node(&self, name: String) -> Outcome {
+        let Some(cached) = self.ctx.nodes.get(&name) else {
+            return Outcome::Done;
+        };
+        let mut node = (*cached).clone();
+        if plan::has_uninitialized_taint(&node) && self.initialized_by_us(&node) {
+            // Most likely the cache has not seen our own write yet: read the truth (one GET,
+            // no cloud call) rather than initialising the node twice.
+            node = match self.api.get(&name).await {
+                Ok(fresh) => fresh,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Outcome::Done,
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "failed to read node");
+                    return Outcome::Failed;
+                }
+            };
+            if plan::has_uninitialized_taint(&node) {
+                // Somebody tainted it again: initialise it again, as Go would.
+                lock(&self.initialized).remove(&name);
+            }
+        }
+        if plan::has_uninitialized_taint(&node) {
+            {
+                let mut gates = lock(&self.retry_not_before);
+                match gates.get(&name) {
+                    // Too early: the delayed add of the Retry outcome is still pending.
+                    // `Done` only resets the failure count, which a Retry does not use.
+                    Some(t) if Instant::now() < *t => return Outcome::Done,
+                    Some(_) => {
+                        gates.remove(&name);
+                    }
+                    None => {}
+                }
+            }
+            self.initialize(node).await
+        } else {
+            self.reconcile_initialized(node).await
+        }
+    }
+
+    async fn warn(&self, node: &Node, step: Step, error: &(dyn std::fmt::Display + Send + Sync)) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        tracing::warn!(node = %name, step = step.as_str(), %error, "failed to sync node");
+        let note = match step {
+            Step::Metadata => format!("Failed to get instance metadata for node {name}: {error}"),
+            Step::ProviderId => format!("Failed to get providerID for node {name}: {error}"),
+            Step::NodeIp => format!("Failed to apply the provided node IP of node {name}: {error}"),
+            Step::Update => format!("Failed to update node {name}: {error}"),
+            Step::Addresses => format!("Failed to update the addresses of node {name}: {error}"),
+        };
+        self.recorder.warning(node, REASON_SYNC_FAILED, note).await;
+    }
+
+    /// Initialises a tainted node: metadata from the cloud (one call with `InstancesV2`), then
+    /// two writes and one event.
+    ///
+    /// Why two writes and not one: labels, providerID and taints live in the main resource,
+    /// `status.addresses` in the `status` subresource, and the API server ignores status in a
+    /// write to the main resource (and everything but status in a write to `/status`). So:
+    /// 1. one guarded JSON patch with providerID, labels and the taint removal;
+    /// 2. one merge patch of `status.addresses` (skipped when they are already right);
+    /// 3. the `Synced` event.
+    async fn initialize(&self, node: Node) -> Outcome {
+        let started = Instant::now();
+        let outcome = self.initialize_inner(node).await;
+        let result = match outcome {
+            Outcome::Done => "success",
+            Outcome::RequeueAfter(_) => "retry",
+            Outcome::Failed => "error",
+        };
+        self.metrics
+            .reconciled("initialize", result, started.elapsed());
+        outcome
+    }
+
+    async fn initialize_inner(&self, node: Node) -> Outcome {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let fetched = match cloud::fetch_metadata(self.ctx.cloud.as_ref(), &node).await {
+            Ok(f) => f,
+            Err(FetchError {
+                source: CloudError::Retry { after, message },
+                ..
+            }) => {
+                tracing::info!(node = %name, ?after, %message, "cloud provider asked to retry");
+                lock(&self.retry_not_before).insert(name, Instant::now() + after);
+                return Outcome::RequeueAfter(after);
+            }
+            Err(e) => {
+                self.warn(&node, e.step, &e.source).await;
+                return Outcome::Failed;
+            }
+        };
+        // Validate before writing anything: a failing rule keeps the node tainted.
+        match plan::plan_init(&node, &fetched.meta, fetched.require_provider_id) {
+            Ok(p) => {
+                for discarded in &p.discarded_labels {
+                    tracing::warn!(node = %name, label = %discarded, "discarding label from the cloud provider");
+                }
+            }
+            Err(e) => {
+                self.warn(&node, e.step(), &e).await;
+                return Outcome::Failed;
+            }
+        }
+
+        // Write 1: providerID, labels, taint removal; re-planned on every conflict.
+        let meta = &fetched.meta;
+        let require = fetched.require_provider_id;
+        let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
+            if !plan::has_uninitialized_taint(current) {
+                // Initialised meanwhile (by another writer): nothing left for us to change.
+                return Ok::<_, InitError>(SpecUpdate::default());
+            }
+            plan::plan_init(current, meta, require).map(|p| p.spec)
+        })
+        .await;
+        let updated = match result {
+            Ok((updated, true)) => updated,
+            // Untainted by another writer between our read and our write: nothing to do.
+            Ok((_, false)) => return Outcome::Done,
+            Err(PatchError::NotFound) => return Outcome::Done,
+            Err(PatchError::Plan(e)) => {
+                self.warn(&node, e.step(), &e).await;
+                return Outcome::Failed;
+            }
+            Err(e) => {
+                self.warn(&node, Step::Update, &e).await;
+                return Outcome::Failed;
+            }
+        };
+        lock(&self.initialized).insert(name.clone(), uid(&updated));
+        self.metrics.taint_removed(&updated);
+
+        // Write 2: addresses, computed against the node as the server returned it.
+        let addresses = match plan::desired_addresses(&updated, &meta.node_addresses) {
+            Ok(a) => a,
+            Err(e) => {
+                // Unreachable in practice (validated above against the same cloud list), but
+                // an annotation changed concurrently could get here.
+                self.warn(&updated, Step::NodeIp, &e).await;
+                return Outcome::Failed;
+            }
+        };
+        self.finish_with_addresses(updated, addresses).await
+    }
+
+    /// Writes the addresses (if any), then emits `Synced`. On failure remembers them for a
+    /// retry without a cloud call.
+    async fn finish_with_addresses(
+        &self,
+        node: Node,
+        addresses: Option<Vec<NodeAddress>>,
+    ) -> Outcome {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let node = match addresses {
+            None => node,
+            Some(addresses) => match patch::patch_addresses(&self.api, &name, &addresses).await {
+                Ok(n) => n,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Outcome::Done,
+                Err(e) => {
+                    lock(&self.pending_addresses).insert(name.clone(), (uid(&node), addresses));
+                    self.warn(&node, Step::Addresses, &e).await;
+                    return Outcome::Failed;
+                }
+            },
+        };
+        lock(&self.pending_addresses).remove(&name);
+        tracing::info!(node = %name, "node synced");
+        self.recorder
+            .normal(&node, REASON_SYNCED, "Node synced successfully")
+            .await;
+        self.metrics.initial_sync_done(&node);
+        Outcome::Done
+    }
+
+    /// An initialised node: finish a pending address write, then reconcile beta → GA labels
+    /// (no cloud call).
+    async fn reconcile_initialized(&self, node: Node) -> Outcome {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let pending = {
+            let mut p = lock(&self.pending_addresses);
+            match p.get(&name) {
+                Some((u, _)) if *u != uid(&node) => {
+                    p.remove(&name);
+                    None
+                }
+                Some((_, a)) => Some(a.clone()),
+                None => None,
+            }
+        };
+        if let Some(addresses) = pending {
+            let started = Instant::now();
+            let outcome = self
+                .finish_with_addresses(node.clone(), Some(addresses))
+                .await;
+            let result = if outcome == Outcome::Done {
+                "success"
+            } else {
+                "error"
+            };
+            self.metrics
+                .reconciled("addresses", result, started.elapsed());
+            if outcome != Outcome::Done {
+                return outcome;
+            }
+        }
+        self.reconcile_labels(node).await
+    }
+
+    /// Beta → GA label reconcile with a guarded patch. Writes nothing when the labels agree.
+    pub(crate) async fn reconcile_labels(&self, node: Node) -> Outcome {
+        if plan::plan_label_reconcile(&node).is_empty() {
+            return Outcome::Done;
+        }
+        let started = Instant::now();
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let result = patch::patch_node_spec(&self.api, node, |current| {
+            Ok::<_, std::convert::Infallible>(SpecUpdate {
+                labels: plan::plan_label_reconcile(current),
+                ..Default::default()
+            })
+        })
+        .await;
+        let outcome = match result {
+            Ok(_) | Err(PatchError::NotFound) => Outcome::Done,
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "failed to reconcile node labels");
+                Outcome::Failed
+            }
+        };
+        let result = if outcome == Outcome::Done {
+            "success"
+        } else {
+            "error"
+        };
+        self.metrics.reconciled("labels", result, started.elapsed());
+        outcome
+    }
+
+    /// The periodic refresh of one initialised node's addresses (errors are logged, as in Go;
+    /// the next period tries again).
+    pub(crate) async fn refresh_addresses(&self, node: &Node) {
+        if plan::has_uninitialized_taint(node) {
+            return;
+        }
+        let started = Instant::now();
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let result = match cloud::fetch_addresses(self.ctx.cloud.as_ref(), node).await {
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "failed to get node addresses from the cloud provider");
+                if error.retry_after().is_some() {
+                    "retry"
+                } else {
+                    "error"
+                }
+            }
+            Ok(cloud_addresses) => match plan::plan_address_refresh(node, &cloud_addresses) {
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "failed to update node addresses");
+                    "error"
+                }
+                Ok(None) => "success",
+                Ok(Some(addresses)) => {
+                    match patch::patch_addresses(&self.api, name, &addresses).await {
+                        Ok(_) => "success",
+                        Err(kube::Error::Api(s)) if s.code == 404 => "success",
+                        Err(error) => {
+                            tracing::warn!(node = %name, %error, "failed to patch node addresses");
+                            "error"
+                        }
+                    }
+                }
+            },
+        };
+        self.metrics
+            .reconciled("addresses", result, started.elapsed());
+    }
+}

@@ -1,0 +1,960 @@
+//! The route controller's pure planner: from the Nodes, the routes the cloud listed and the
+//! cluster CIDRs, decide which routes to delete, which to create, and which
+//! `NetworkUnavailable` condition each Node gets (reference §5.3).
+//!
+//! Nothing here does I/O; the shell in the parent module fetches, calls the cloud and writes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
+
+use ccm_core::Route;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
+
+/// The Node condition type the route controller owns.
+pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+/// Reason when every pod CIDR of the Node has its route.
+pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
+/// Reason when a pod CIDR of the Node has no route (or the Node has routes but no pod CIDRs).
+pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+/// Message with [`REASON_ROUTE_CREATED`] (Go's text).
+pub const MESSAGE_ROUTE_CREATED: &str = "RouteController created a route";
+/// Message with [`REASON_NO_ROUTE_CREATED`] (Go's text).
+pub const MESSAGE_NO_ROUTE_CREATED: &str = "RouteController failed to create a route";
+
+/// Parses `--cluster-cidr`: one CIDR, or a comma-separated dual-stack pair (one IPv4 and one
+/// IPv6 CIDR). More than two CIDRs, or two of one family, is an error. The error text names
+/// the problem; the caller adds the flag name and how to turn routes off.
+///
+/// A CIDR with host bits set (`10.0.0.1/16`) is accepted and means its network
+/// (`10.0.0.0/16`), as Go's `net.ParseCIDR` does.
+pub fn parse_cluster_cidrs(value: &str) -> Result<Vec<IpNet>, String> {
+    if value.trim().is_empty() {
+        return Err("no cluster CIDR given".to_owned());
+    }
+    let mut cidrs = Vec::new();
+    for part in value.split(',') {
+        let part = part.trim();
+        if part.is_empty() {
+            return Err(format!("empty CIDR in {value:?}"));
+        }
+        let net: IpNet = part
+            .parse()
+            .map_err(|e| format!("invalid CIDR {part:?} in {value:?}: {e}"))?;
+        cidrs.push(net.trunc());
+    }
+    validate_cluster_cidrs(&cidrs)?;
+    Ok(cidrs)
+}
+
+/// Checks a list of cluster CIDRs: one, or one IPv4 and one IPv6.
+pub fn validate_cluster_cidrs(cidrs: &[IpNet]) -> Result<(), String> {
+    match cidrs {
+        [] => Err("no cluster CIDR given".to_owned()),
+        [_] => Ok(()),
+        [a, b] => {
+            if matches!(
+                (a, b),
+                (IpNet::V4(_), IpNet::V6(_)) | (IpNet::V6(_), IpNet::V4(_))
+            ) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "two cluster CIDRs ({a}, {b}) must be a dual-stack pair: one IPv4 and one IPv6"
+                ))
+            }
+        }
+        more => Err(format!(
+            "{} cluster CIDRs given; at most 2 are allowed (one IPv4 and one IPv6)",
+            more.len()
+        )),
+    }
+}
+
+/// The current `NetworkUnavailable` condition of a Node, as far as the planner cares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurrentCondition {
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// The condition's reason (may be empty).
+    pub reason: String,
+}
+
+/// What the planner needs to know about one Node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeInfo {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.uid`, passed as the route's name hint.
+    pub uid: String,
+    /// `spec.podCIDRs` (falling back to `spec.podCIDR`).
+    pub pod_cidrs: Vec<String>,
+    /// `status.addresses`.
+    pub addresses: Vec<NodeAddress>,
+    /// The Node's current `NetworkUnavailable` condition.
+    pub network_unavailable: Option<CurrentCondition>,
+}
+
+impl NodeInfo {
+    /// Extracts what the planner needs from a Node.
+    pub fn from_node(node: &Node) -> Self {
+        let spec = node.spec.as_ref();
+        let mut pod_cidrs: Vec<String> = spec
+            .and_then(|s| s.pod_cidrs.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        if pod_cidrs.is_empty()
+            && let Some(cidr) = spec.and_then(|s| s.pod_cidr.clone())
+            && !cidr.is_empty()
+        {
+            pod_cidrs.push(cidr);
+        }
+        let status = node.status.as_ref();
+        let network_unavailable = status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE))
+            .map(|c| CurrentCondition {
+                status: c.status.clone(),
+                reason: c.reason.clone().unwrap_or_default(),
+            });
+        NodeInfo {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            uid: node.metadata.uid.clone().unwrap_or_default(),
+            pod_cidrs,
+            addresses: status.and_then(|s| s.addresses.clone()).unwrap_or_default(),
+            network_unavailable,
+        }
+    }
+}
+
+/// What happens to one pod CIDR of a Node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteAction {
+    /// A route exists and is up to date.
+    Keep,
+    /// No route exists: create one.
+    Add,
+    /// A route exists but the Node's addresses changed (the provider tracks them): delete it
+    /// and create it again.
+    Update,
+}
+
+/// A route to create.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteCreate {
+    /// The name hint passed to the provider: the Node's UID.
+    pub name_hint: String,
+    /// The route (target node, its addresses, destination CIDR; no name).
+    pub route: Route,
+}
+
+impl RouteCreate {
+    /// The (node, CIDR) key of this route.
+    pub fn key(&self) -> RouteKey {
+        RouteKey::new(&self.route.target_node, &self.route.destination_cidr)
+    }
+}
+
+/// Identifies one pod CIDR of one Node. The CIDR is normalised (a parsable CIDR is written
+/// in its canonical form) so that `fd00:0:0::/64` and `fd00::/64` are the same key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RouteKey {
+    /// The Node's name.
+    pub node: String,
+    /// The normalised destination CIDR.
+    pub cidr: String,
+}
+
+impl RouteKey {
+    /// The key for `node` and `cidr` (normalised).
+    pub fn new(node: &str, cidr: &str) -> Self {
+        RouteKey {
+            node: node.to_owned(),
+            cidr: normalize_cidr(cidr),
+        }
+    }
+}
+
+/// Canonical text of a CIDR when it parses (Go compares the strings; comparing the parsed
+/// networks avoids deleting and re-creating a route a provider lists in another spelling),
+/// the text itself otherwise.
+pub fn normalize_cidr(cidr: &str) -> String {
+    match cidr.trim().parse::<IpNet>() {
+        Ok(net) => net.to_string(),
+        Err(_) => cidr.to_owned(),
+    }
+}
+
+/// The per-Node part of a plan: every pod CIDR and its action.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePlan {
+    /// The Node's UID.
+    pub uid: String,
+    /// Action per (normalised) pod CIDR. Empty for a Node that has routes but no pod CIDRs.
+    pub cidrs: BTreeMap<String, RouteAction>,
+    /// The Node's `NetworkUnavailable` condition before this reconcile.
+    pub current: Option<CurrentCondition>,
+}
+
+/// The outcome of planning one reconcile.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RoutePlan {
+    /// Routes to delete (as the provider listed them).
+    pub deletes: Vec<Route>,
+    /// Routes to create.
+    pub creates: Vec<RouteCreate>,
+    /// True when every delete must finish before the first create starts: the first listed
+    /// route has `enable_node_addresses` (so an update is a delete then a create), as in Go,
+    /// or a create replaces a route being deleted for the same node and CIDR (a blackhole).
+    pub deletes_before_creates: bool,
+    /// Nodes that get a `NetworkUnavailable` condition, by name: those with pod CIDRs and
+    /// those with routes but no pod CIDRs.
+    pub nodes: BTreeMap<String, NodePlan>,
+}
+
+/// The `NetworkUnavailable` condition the controller wants on a Node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DesiredCondition {
+    /// `"True"` or `"False"`.
+    pub status: &'static str,
+    /// [`REASON_ROUTE_CREATED`] or [`REASON_NO_ROUTE_CREATED`].
+    pub reason: &'static str,
+    /// The matching message.
+    pub message: &'static str,
+}
+
+impl DesiredCondition {
+    /// `False` / `RouteCreated`: every pod CIDR has its route.
+    pub const ROUTE_CREATED: DesiredCondition = DesiredCondition {
+        status: "False",
+        reason: REASON_ROUTE_CREATED,
+        message: MESSAGE_ROUTE_CREATED,
+    };
+    /// `True` / `NoRouteCreated`.
+    pub const NO_ROUTE_CREATED: DesiredCondition = DesiredCondition {
+        status: "True",
+        reason: REASON_NO_ROUTE_CREATED,
+        message: MESSAGE_NO_ROUTE_CREATED,
+    };
+
+    /// Whether a Node whose condition is `current` needs this one written: skipped when the
+    /// status **and** the reason are already the same (§5.3 step 6).
+    pub fn differs_from(&self, current: Option<&CurrentCondition>) -> bool {
+        match current {
+            Some(c) => c.status != self.status || c.reason != self.reason,
+            None => true,
+        }
+    }
+}
+
+/// Whether the controller is responsible for a route: its destination CIDR parses and its
+/// first or last address lies inside one of the cluster CIDRs (Go's `isResponsibleForRoute`).
+pub fn is_responsible(cluster_cidrs: &[IpNet], route: &Route) -> bool {
+    let Ok(net) = route.destination_cidr.trim().parse::<IpNet>() else {
+        return false;
+    };
+    let first: IpAddr = net.network();
+    let last: IpAddr = net.broadcast();
+    cluster_cidrs.iter().any(|c| {
+        let c = c.trunc();
+        c.contains(&first) || c.contains(&last)
+    })
+}
+
+/// Go's `equalNodeAddrs`: the same length and every address of one list is in the other.
+pub fn equal_node_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
+    a.len() == b.len() && a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
+}
+
+/// Decides the action for one pod CIDR of a Node given that Node's existing routes (Go's
+/// `getRouteAction`): the first route with the same CIDR decides.
+///
+/// Deliberately better than Go: a blackhole route does not count as the Node's route. Go
+/// marks the CIDR `keep`, deletes the blackhole, reports `RouteCreated`, and leaves the Node
+/// without a route until the next reconcile; here the CIDR is `add`, so the blackhole is
+/// replaced in the same pass (deletes first, see [`RoutePlan::deletes_before_creates`]).
+fn route_action(routes: &[&Route], cidr: &str, addresses: &[NodeAddress]) -> RouteAction {
+    for route in routes {
+        if !route.blackhole && normalize_cidr(&route.destination_cidr) == cidr {
+            if !route.enable_node_addresses
+                || equal_node_addresses(addresses, &route.target_node_addresses)
+            {
+                return RouteAction::Keep;
+            }
+            return RouteAction::Update;
+        }
+    }
+    RouteAction::Add
+}
+
+/// Plans one reconcile (reference §5.3 steps 2–5).
+pub fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]) -> RoutePlan {
+    // Step 2: index existing routes by target node; an empty target matches no node.
+    let mut by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
+    for route in routes {
+        if !route.target_node.is_empty() {
+            by_node
+                .entry(route.target_node.as_str())
+                .or_default()
+                .push(route);
+        }
+    }
+
+    // Step 3: an action per pod CIDR of every Node that has pod CIDRs; an empty entry for a
+    // Node that has routes but no pod CIDRs.
+    let mut out = RoutePlan {
+        deletes_before_creates: routes.first().is_some_and(|r| r.enable_node_addresses),
+        ..RoutePlan::default()
+    };
+    let mut seen_names: HashSet<&str> = HashSet::new();
+    for node in nodes {
+        if !seen_names.insert(node.name.as_str()) {
+            continue;
+        }
+        let existing = by_node.get(node.name.as_str());
+        if node.pod_cidrs.is_empty() && existing.is_none() {
+            continue;
+        }
+        let mut cidrs = BTreeMap::new();
+        for raw in &node.pod_cidrs {
+            let cidr = normalize_cidr(raw);
+            if cidrs.contains_key(&cidr) {
+                continue;
+            }
+            let action = route_action(
+                existing.map(Vec::as_slice).unwrap_or_default(),
+                &cidr,
+                &node.addresses,
+            );
+            if action != RouteAction::Keep {
+                out.creates.push(RouteCreate {
+                    name_hint: node.uid.clone(),
+                    route: Route {
+                        name: String::new(),
+                        target_node: node.name.clone(),
+                        enable_node_addresses: false,
+                        target_node_addresses: node.addresses.clone(),
+                        destination_cidr: raw.clone(),
+                        blackhole: false,
+                    },
+                });
+            }
+            cidrs.insert(cidr, action);
+        }
+        out.nodes.insert(
+            node.name.clone(),
+            NodePlan {
+                uid: node.uid.clone(),
+                cidrs,
+                current: node.network_unavailable.clone(),
+            },
+        );
+    }
+
+    // Step 4: delete routes we are responsible for that are blackholes, or whose (node, CIDR)
+    // has no action, or whose action is an update.
+    for route in routes {
+        if !is_responsible(cluster_cidrs, route) {
+            continue;
+        }
+        let action = out
+            .nodes
+            .get(&route.target_node)
+            .filter(|_| !route.target_node.is_empty())
+            .and_then(|n| n.cidrs.get(&normalize_cidr(&route.destination_cidr)));
+        let delete = route.blackhole
+            || match action {
+                None | Some(RouteAction::Update) => true,
+                Some(RouteAction::Keep | RouteAction::Add) => false,
+            };
+        if delete {
+            out.deletes.push(route.clone());
+        }
+    }
+    if !out.deletes_before_creates {
+        let creates: HashSet<RouteKey> = out.creates.iter().map(RouteCreate::key).collect();
+        out.deletes_before_creates = out
+            .deletes
+            .iter()
+            .any(|r| creates.contains(&RouteKey::new(&r.target_node, &r.destination_cidr)));
+    }
+    out
+}
+
+/// The condition each planned Node gets once the creates ran, given which creates failed
+/// (§5.3 step 6), for the Nodes whose current condition differs (status or reason).
+pub fn condition_updates(
+    plan: &RoutePlan,
+    failed_creates: &HashSet<RouteKey>,
+) -> Vec<(String, DesiredCondition)> {
+    let mut out = Vec::new();
+    for (name, node) in &plan.nodes {
+        let desired = desired_condition(node.cidrs.iter().map(|(cidr, action)| {
+            *action == RouteAction::Keep
+                || !failed_creates.contains(&RouteKey {
+                    node: name.clone(),
+                    cidr: cidr.clone(),
+                })
+        }));
+        if desired.differs_from(node.current.as_ref()) {
+            out.push((name.clone(), desired));
+        }
+    }
+    out
+}
+
+/// The condition for a Node whose pod CIDRs are routed (`true`) or not (`false`): all routed
+/// → `False`/`RouteCreated`; none known (routes but no pod CIDRs) or one missing →
+/// `True`/`NoRouteCreated`.
+pub fn desired_condition(routed: impl IntoIterator<Item = bool>) -> DesiredCondition {
+    let mut any = false;
+    for ok in routed {
+        if !ok {
+            return DesiredCondition::NO_ROUTE_CREATED;
+        }
+        any = true;
+    }
+    if any {
+        DesiredCondition::ROUTE_CREATED
+    } else {
+        DesiredCondition::NO_ROUTE_CREATED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn addr(type_: &str, address: &str) -> NodeAddress {
+        NodeAddress {
+            type_: type_.into(),
+            address: address.into(),
+        }
+    }
+
+    fn node(name: &str, cidrs: &[&str]) -> NodeInfo {
+        NodeInfo {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            pod_cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
+            addresses: vec![addr("InternalIP", "192.168.0.1"), addr("Hostname", name)],
+            network_unavailable: None,
+        }
+    }
+
+    fn route(node: &str, cidr: &str) -> Route {
+        Route {
+            name: format!("r-{node}-{cidr}"),
+            target_node: node.into(),
+            destination_cidr: cidr.into(),
+            ..Route::default()
+        }
+    }
+
+    fn v4() -> Vec<IpNet> {
+        vec!["10.244.0.0/16".parse().unwrap()]
+    }
+
+    fn dual() -> Vec<IpNet> {
+        vec![
+            "10.244.0.0/16".parse().unwrap(),
+            "fd00:10:244::/56".parse().unwrap(),
+        ]
+    }
+
+    fn create_cidrs(p: &RoutePlan) -> Vec<(String, String)> {
+        p.creates
+            .iter()
+            .map(|c| {
+                (
+                    c.route.target_node.clone(),
+                    c.route.destination_cidr.clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn delete_names(p: &RoutePlan) -> Vec<String> {
+        p.deletes.iter().map(|r| r.name.clone()).collect()
+    }
+
+    #[test]
+    fn parse_single_and_dual_stack() {
+        assert_eq!(
+            parse_cluster_cidrs("10.244.0.0/16").unwrap(),
+            vec!["10.244.0.0/16".parse::<IpNet>().unwrap()]
+        );
+        assert_eq!(
+            parse_cluster_cidrs(" 10.244.0.0/16 , fd00:10:244::/56 ").unwrap(),
+            dual()
+        );
+        assert_eq!(
+            parse_cluster_cidrs("fd00:10:244::/56,10.244.0.0/16")
+                .unwrap()
+                .len(),
+            2
+        );
+        // Host bits are dropped, as Go's ParseCIDR does.
+        assert_eq!(
+            parse_cluster_cidrs("10.244.1.7/16").unwrap(),
+            vec!["10.244.0.0/16".parse::<IpNet>().unwrap()]
+        );
+    }
+
+    #[test]
+    fn parse_errors_name_the_problem() {
+        assert_eq!(
+            parse_cluster_cidrs("").unwrap_err(),
+            "no cluster CIDR given"
+        );
+        assert_eq!(
+            parse_cluster_cidrs("  ").unwrap_err(),
+            "no cluster CIDR given"
+        );
+        let e = parse_cluster_cidrs("10.244.0.0").unwrap_err();
+        assert!(e.contains("invalid CIDR \"10.244.0.0\""), "{e}");
+        let e = parse_cluster_cidrs("10.244.0.0/16,").unwrap_err();
+        assert!(e.contains("empty CIDR"), "{e}");
+        let e = parse_cluster_cidrs("10.244.0.0/16,10.245.0.0/16").unwrap_err();
+        assert!(e.contains("one IPv4 and one IPv6"), "{e}");
+        let e = parse_cluster_cidrs("fd00::/48,fd01::/48").unwrap_err();
+        assert!(e.contains("dual-stack pair"), "{e}");
+        let e = parse_cluster_cidrs("10.0.0.0/8,fd00::/48,10.1.0.0/16").unwrap_err();
+        assert!(e.contains("3 cluster CIDRs given; at most 2"), "{e}");
+        assert!(validate_cluster_cidrs(&[]).is_err());
+    }
+
+    #[test]
+    fn node_info_reads_pod_cidrs_with_fallback_and_condition() {
+        use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+        use kube::api::ObjectMeta;
+        let mut n = Node {
+            metadata: ObjectMeta {
+                name: Some("a".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: Some("10.244.1.0/24".into()),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(vec![addr("InternalIP", "10.0.0.1")]),
+                conditions: Some(vec![
+                    NodeCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
+                    NodeCondition {
+                        type_: NETWORK_UNAVAILABLE.into(),
+                        status: "False".into(),
+                        reason: Some("CalicoIsUp".into()),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+        };
+        let info = NodeInfo::from_node(&n);
+        assert_eq!(info.name, "a");
+        assert_eq!(info.uid, "u1");
+        assert_eq!(info.pod_cidrs, ["10.244.1.0/24"]);
+        assert_eq!(info.addresses, [addr("InternalIP", "10.0.0.1")]);
+        assert_eq!(
+            info.network_unavailable,
+            Some(CurrentCondition {
+                status: "False".into(),
+                reason: "CalicoIsUp".into()
+            })
+        );
+        // spec.podCIDRs wins over spec.podCIDR.
+        n.spec.as_mut().unwrap().pod_cidrs =
+            Some(vec!["10.244.1.0/24".into(), "fd00:10:244:1::/64".into()]);
+        assert_eq!(
+            NodeInfo::from_node(&n).pod_cidrs,
+            ["10.244.1.0/24", "fd00:10:244:1::/64"]
+        );
+        let empty = NodeInfo::from_node(&Node::default());
+        assert!(empty.pod_cidrs.is_empty());
+        assert!(empty.network_unavailable.is_none());
+    }
+
+    #[test]
+    fn new_node_gets_a_route_named_after_its_uid() {
+        let n = node("a", &["10.244.1.0/24"]);
+        let p = plan(std::slice::from_ref(&n), &[], &v4());
+        assert!(p.deletes.is_empty());
+        assert_eq!(
+            p.creates,
+            [RouteCreate {
+                name_hint: "uid-a".into(),
+                route: Route {
+                    name: String::new(),
+                    target_node: "a".into(),
+                    enable_node_addresses: false,
+                    target_node_addresses: n.addresses.clone(),
+                    destination_cidr: "10.244.1.0/24".into(),
+                    blackhole: false,
+                },
+            }]
+        );
+        assert_eq!(p.nodes["a"].cidrs["10.244.1.0/24"], RouteAction::Add);
+        assert!(!p.deletes_before_creates);
+    }
+
+    #[test]
+    fn dual_stack_node_gets_one_route_per_family() {
+        let p = plan(
+            &[node("a", &["10.244.1.0/24", "fd00:10:244:1::/64"])],
+            &[],
+            &dual(),
+        );
+        assert_eq!(
+            create_cidrs(&p),
+            [
+                ("a".into(), "10.244.1.0/24".into()),
+                ("a".into(), "fd00:10:244:1::/64".into())
+            ]
+        );
+        // One family already routed: only the other is created.
+        let p = plan(
+            &[node("a", &["10.244.1.0/24", "fd00:10:244:1::/64"])],
+            &[route("a", "10.244.1.0/24")],
+            &dual(),
+        );
+        assert_eq!(
+            create_cidrs(&p),
+            [("a".into(), "fd00:10:244:1::/64".into())]
+        );
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn existing_route_is_kept() {
+        let p = plan(
+            &[node("a", &["10.244.1.0/24"])],
+            &[route("a", "10.244.1.0/24")],
+            &v4(),
+        );
+        assert!(p.creates.is_empty());
+        assert!(p.deletes.is_empty());
+        assert_eq!(p.nodes["a"].cidrs["10.244.1.0/24"], RouteAction::Keep);
+    }
+
+    #[test]
+    fn cidr_spelling_does_not_matter() {
+        let p = plan(
+            &[node("a", &["fd00:10:244:1:0::/64"])],
+            &[route("a", "fd00:10:244:1::/64")],
+            &dual(),
+        );
+        assert!(p.creates.is_empty());
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn routes_of_removed_nodes_and_stale_cidrs_are_deleted() {
+        let p = plan(
+            &[node("a", &["10.244.2.0/24"])],
+            &[
+                route("gone", "10.244.9.0/24"),
+                // Node a's CIDR changed from .1 to .2.
+                route("a", "10.244.1.0/24"),
+            ],
+            &v4(),
+        );
+        assert_eq!(
+            delete_names(&p),
+            ["r-gone-10.244.9.0/24", "r-a-10.244.1.0/24"]
+        );
+        assert_eq!(create_cidrs(&p), [("a".into(), "10.244.2.0/24".into())]);
+        // A removed node gets no condition (it has no Node to carry one).
+        assert!(!p.nodes.contains_key("gone"));
+    }
+
+    #[test]
+    fn blackhole_routes_inside_the_cluster_cidr_are_deleted_even_when_matching() {
+        let mut bh = route("a", "10.244.1.0/24");
+        bh.blackhole = true;
+        let mut outside_bh = route("x", "192.168.5.0/24");
+        outside_bh.blackhole = true;
+        let p = plan(&[node("a", &["10.244.1.0/24"])], &[bh, outside_bh], &v4());
+        assert_eq!(delete_names(&p), ["r-a-10.244.1.0/24"]);
+        // Better than Go (which counts the blackhole as the node's route and creates nothing
+        // until the next reconcile): the blackhole is replaced in this pass, deletes first.
+        assert_eq!(create_cidrs(&p), [("a".into(), "10.244.1.0/24".into())]);
+        assert_eq!(p.nodes["a"].cidrs["10.244.1.0/24"], RouteAction::Add);
+        assert!(p.deletes_before_creates);
+        // A blackhole next to a healthy route for the same CIDR: the healthy one is kept.
+        let mut bh = route("a", "10.244.1.0/24");
+        bh.blackhole = true;
+        bh.name = "bh".into();
+        let p = plan(
+            &[node("a", &["10.244.1.0/24"])],
+            &[bh, route("a", "10.244.1.0/24")],
+            &v4(),
+        );
+        assert_eq!(delete_names(&p), ["bh"]);
+        assert!(p.creates.is_empty());
+    }
+
+    #[test]
+    fn routes_outside_the_cluster_cidrs_are_left_alone() {
+        let p = plan(
+            &[node("a", &["10.244.1.0/24"])],
+            &[
+                route("a", "10.244.1.0/24"),
+                route("other", "172.16.0.0/24"),
+                route("", "172.16.1.0/24"),
+                route("gone", "fd99::/64"),
+                route("weird", "not-a-cidr"),
+                route("", "garbage/99"),
+            ],
+            &dual(),
+        );
+        assert!(p.deletes.is_empty(), "{:?}", p.deletes);
+    }
+
+    #[test]
+    fn responsibility_is_first_or_last_address_inside_a_cluster_cidr() {
+        let cc = v4();
+        let r = |c: &str| route("n", c);
+        assert!(is_responsible(&cc, &r("10.244.1.0/24")));
+        // A supernet of the cluster CIDR: first address inside.
+        assert!(is_responsible(&cc, &r("10.244.0.0/15")));
+        // A supernet ending where the cluster CIDR ends: last address inside.
+        let upper: Vec<IpNet> = vec!["10.245.0.0/16".parse().unwrap()];
+        assert!(is_responsible(&upper, &r("10.244.0.0/15")));
+        assert!(is_responsible(&cc, &r("10.244.255.0/24")));
+        // Host bits set in the route: its network counts.
+        assert!(is_responsible(&cc, &r("10.244.1.5/24")));
+        assert!(!is_responsible(&cc, &r("10.245.0.0/24")));
+        assert!(!is_responsible(&cc, &r("fd00::/64")));
+        assert!(!is_responsible(&cc, &r("")));
+        assert!(!is_responsible(&cc, &r("10.244.1.0")));
+        assert!(is_responsible(&dual(), &r("fd00:10:244:ff::/64")));
+        // A supernet containing the cluster CIDR in its middle: neither end inside (as Go).
+        assert!(!is_responsible(&cc, &r("10.0.0.0/8")));
+    }
+
+    #[test]
+    fn routes_with_empty_target_node_are_never_matched_and_deleted_inside_the_cidr() {
+        let p = plan(
+            &[node("a", &["10.244.1.0/24"])],
+            &[route("", "10.244.1.0/24")],
+            &v4(),
+        );
+        assert_eq!(delete_names(&p), ["r--10.244.1.0/24"]);
+        assert_eq!(create_cidrs(&p), [("a".into(), "10.244.1.0/24".into())]);
+        // A node whose name is empty is never matched to routes with an empty target either.
+        let p = plan(&[node("", &[])], &[route("", "10.244.1.0/24")], &v4());
+        assert!(p.nodes.is_empty());
+        assert_eq!(p.deletes.len(), 1);
+    }
+
+    #[test]
+    fn node_without_pod_cidrs_and_without_routes_gets_nothing() {
+        let p = plan(&[node("a", &[])], &[], &v4());
+        assert_eq!(p, RoutePlan::default());
+        assert!(condition_updates(&p, &HashSet::new()).is_empty());
+    }
+
+    #[test]
+    fn node_with_old_routes_but_no_pod_cidrs_gets_no_route_created_and_loses_the_route() {
+        let p = plan(&[node("a", &[])], &[route("a", "10.244.1.0/24")], &v4());
+        assert_eq!(delete_names(&p), ["r-a-10.244.1.0/24"]);
+        assert!(p.nodes["a"].cidrs.is_empty());
+        assert_eq!(
+            condition_updates(&p, &HashSet::new()),
+            [("a".to_owned(), DesiredCondition::NO_ROUTE_CREATED)]
+        );
+        // Even when its only route lies outside the cluster CIDR (kept, but the node has an
+        // entry), as in Go.
+        let p = plan(&[node("a", &[])], &[route("a", "172.16.0.0/24")], &v4());
+        assert!(p.deletes.is_empty());
+        assert_eq!(
+            condition_updates(&p, &HashSet::new()),
+            [("a".to_owned(), DesiredCondition::NO_ROUTE_CREATED)]
+        );
+    }
+
+    #[test]
+    fn address_changes_are_ignored_when_the_provider_does_not_track_them() {
+        let mut r = route("a", "10.244.1.0/24");
+        r.target_node_addresses = vec![addr("InternalIP", "10.9.9.9")];
+        let p = plan(&[node("a", &["10.244.1.0/24"])], &[r], &v4());
+        assert!(p.creates.is_empty());
+        assert!(p.deletes.is_empty());
+    }
+
+    #[test]
+    fn address_change_is_an_update_when_the_provider_tracks_addresses() {
+        let n = node("a", &["10.244.1.0/24"]);
+        let mut r = route("a", "10.244.1.0/24");
+        r.enable_node_addresses = true;
+        r.target_node_addresses = vec![addr("InternalIP", "10.9.9.9")];
+        let p = plan(std::slice::from_ref(&n), std::slice::from_ref(&r), &v4());
+        assert_eq!(p.nodes["a"].cidrs["10.244.1.0/24"], RouteAction::Update);
+        assert_eq!(delete_names(&p), ["r-a-10.244.1.0/24"]);
+        assert_eq!(p.creates.len(), 1);
+        assert_eq!(p.creates[0].route.target_node_addresses, n.addresses);
+        assert!(p.deletes_before_creates);
+
+        // Same addresses in another order: a set, so kept.
+        let mut r = route("a", "10.244.1.0/24");
+        r.enable_node_addresses = true;
+        r.target_node_addresses = n.addresses.iter().rev().cloned().collect();
+        let p = plan(std::slice::from_ref(&n), &[r], &v4());
+        assert!(p.creates.is_empty() && p.deletes.is_empty());
+        assert!(p.deletes_before_creates);
+
+        // One address more: an update.
+        let mut r = route("a", "10.244.1.0/24");
+        r.enable_node_addresses = true;
+        r.target_node_addresses = n.addresses.clone();
+        r.target_node_addresses
+            .push(addr("ExternalIP", "203.0.113.1"));
+        let p = plan(std::slice::from_ref(&n), &[r], &v4());
+        assert_eq!(p.nodes["a"].cidrs["10.244.1.0/24"], RouteAction::Update);
+    }
+
+    #[test]
+    fn deletes_before_creates_follows_the_first_listed_route_only() {
+        let nodes = [node("a", &["10.244.1.0/24"]), node("b", &["10.244.2.0/24"])];
+        let mut tracked = route("b", "10.244.2.0/24");
+        tracked.enable_node_addresses = true;
+        tracked.target_node_addresses = nodes[1].addresses.clone();
+        let untracked = route("a", "10.244.1.0/24");
+        let p = plan(&nodes, &[untracked.clone(), tracked.clone()], &v4());
+        assert!(!p.deletes_before_creates);
+        let p = plan(&nodes, &[tracked, untracked], &v4());
+        assert!(p.deletes_before_creates);
+        assert!(!plan(&nodes, &[], &v4()).deletes_before_creates);
+    }
+
+    #[test]
+    fn duplicate_pod_cidrs_and_duplicate_nodes_are_planned_once() {
+        let p = plan(
+            &[
+                node("a", &["10.244.1.0/24", "10.244.1.0/24"]),
+                node("a", &["10.244.1.0/24"]),
+            ],
+            &[],
+            &v4(),
+        );
+        assert_eq!(p.creates.len(), 1);
+    }
+
+    #[test]
+    fn pod_cidr_outside_the_cluster_cidr_is_still_routed() {
+        // Go creates a route for every pod CIDR; responsibility only limits deletes.
+        let p = plan(&[node("a", &["172.16.1.0/24"])], &[], &v4());
+        assert_eq!(create_cidrs(&p), [("a".into(), "172.16.1.0/24".into())]);
+    }
+
+    #[test]
+    fn conditions_follow_create_results() {
+        let mut a = node("a", &["10.244.1.0/24", "fd00:10:244:1::/64"]);
+        a.network_unavailable = None;
+        let b = node("b", &["10.244.2.0/24"]);
+        let p = plan(&[a, b], &[route("b", "10.244.2.0/24")], &dual());
+        // All creates succeeded.
+        assert_eq!(
+            condition_updates(&p, &HashSet::new()),
+            [
+                ("a".to_owned(), DesiredCondition::ROUTE_CREATED),
+                ("b".to_owned(), DesiredCondition::ROUTE_CREATED)
+            ]
+        );
+        // One family failed: the node is NoRouteCreated.
+        let failed: HashSet<RouteKey> = [RouteKey::new("a", "fd00:10:244:1::/64")].into();
+        assert_eq!(
+            condition_updates(&p, &failed),
+            [
+                ("a".to_owned(), DesiredCondition::NO_ROUTE_CREATED),
+                ("b".to_owned(), DesiredCondition::ROUTE_CREATED)
+            ]
+        );
+    }
+
+    #[test]
+    fn condition_is_skipped_only_when_status_and_reason_are_unchanged() {
+        let mut a = node("a", &["10.244.1.0/24"]);
+        let routes = [route("a", "10.244.1.0/24")];
+        a.network_unavailable = Some(CurrentCondition {
+            status: "False".into(),
+            reason: REASON_ROUTE_CREATED.into(),
+        });
+        let p = plan(std::slice::from_ref(&a), &routes, &v4());
+        assert!(condition_updates(&p, &HashSet::new()).is_empty());
+
+        // A CNI set False with its own reason: overwritten (Go since 2026-01).
+        a.network_unavailable = Some(CurrentCondition {
+            status: "False".into(),
+            reason: "CalicoIsUp".into(),
+        });
+        let p = plan(std::slice::from_ref(&a), &routes, &v4());
+        assert_eq!(
+            condition_updates(&p, &HashSet::new()),
+            [("a".to_owned(), DesiredCondition::ROUTE_CREATED)]
+        );
+
+        // Status flips.
+        a.network_unavailable = Some(CurrentCondition {
+            status: "True".into(),
+            reason: REASON_NO_ROUTE_CREATED.into(),
+        });
+        let p = plan(std::slice::from_ref(&a), &routes, &v4());
+        assert_eq!(
+            condition_updates(&p, &HashSet::new()),
+            [("a".to_owned(), DesiredCondition::ROUTE_CREATED)]
+        );
+
+        // Already True/NoRouteCreated and the create fails again: skipped.
+        let p = plan(std::slice::from_ref(&a), &[], &v4());
+        let failed: HashSet<RouteKey> = [RouteKey::new("a", "10.244.1.0/24")].into();
+        assert!(condition_updates(&p, &failed).is_empty());
+    }
+
+    #[test]
+    fn desired_condition_texts_match_go() {
+        assert_eq!(desired_condition([]), DesiredCondition::NO_ROUTE_CREATED);
+        assert_eq!(
+            desired_condition([true, true]),
+            DesiredCondition::ROUTE_CREATED
+        );
+        assert_eq!(
+            desired_condition([true, false]),
+            DesiredCondition::NO_ROUTE_CREATED
+        );
+        let c = DesiredCondition::ROUTE_CREATED;
+        assert_eq!(
+            (c.status, c.reason, c.message),
+            ("False", "RouteCreated", "RouteController created a route")
+        );
+        let c = DesiredCondition::NO_ROUTE_CREATED;
+        assert_eq!(
+            (c.status, c.reason, c.message),
+            (
+                "True",
+                "NoRouteCreated",
+                "RouteController failed to create a route"
+            )
+        );
+    }
+
+    #[test]
+    fn many_nodes_plan_in_order() {
+        let nodes: Vec<NodeInfo> = (0..300)
+            .map(|i| node(&format!("n{i}"), &[&format!("10.244.{}.0/24", i % 256)]))
+            .collect();
+        let p = plan(&nodes, &[], &v4());
+        assert_eq!(p.creates.len(), 300);
+        assert_eq!(p.nodes.len(), 300);
+    }
+}

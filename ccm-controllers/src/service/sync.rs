@@ -1,0 +1,829 @@
+//! The async shell of the service controller: informer handlers, the service worker, the
+//! node-sync loop, and the API writes. Decisions come from [`super::plan`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ccm_core::{CloudError, LoadBalancer};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::metrics::ServiceMetrics;
+use super::plan::{self, Decision, HostKey};
+use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
+use crate::context::ControllerContext;
+use crate::error::ControllerError;
+use crate::events::EventRecorder;
+use crate::informer::{Change, Subscription};
+use crate::workqueue::{Backoff, Outcome, WorkQueue};
+
+/// How often a write that hit a conflict is retried on a fresh read within one sync.
+const MAX_CONFLICT_ATTEMPTS: usize = 5;
+
+/// A node-sync pass waits at most this many windows after the first change of a burst.
+const MAX_WINDOW_FACTOR: u32 = 5;
+
+/// What the controller remembers about one Service (by `namespace/name`), like Go's
+/// `serviceCache`. Guarded by a per-Service async lock that every cloud call for the Service
+/// holds, so calls for one load balancer never overlap.
+#[derive(Default)]
+struct Entry {
+    /// The Service as last handled as a load balancer (ensure or a not yet finished delete).
+    /// `None` once cleaned up. Used to delete the load balancer of a Service that vanished or
+    /// was re-created under the same name.
+    handled: Option<Arc<Service>>,
+    /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`).
+    last_hosts: Option<Vec<HostKey>>,
+}
+
+impl Entry {
+    fn forget(&mut self) {
+        self.handled = None;
+        self.last_hosts = None;
+    }
+
+    fn is_empty(&self) -> bool {
+        self.handled.is_none() && self.last_hosts.is_none()
+    }
+}
+
+type EntryLock = Arc<tokio::sync::Mutex<Entry>>;
+
+/// Why one step of a sync did not complete. Failure events are emitted where the failure
+/// happens, before this is returned.
+enum Step {
+    /// The provider asked to be called again after this delay.
+    Retry(Duration),
+    /// Failed (event emitted); retry with backoff.
+    Failed,
+    /// The Service changed under us (write conflict); decide again on this fresh copy.
+    Restart(Arc<Service>),
+    /// The Service no longer exists; the deletion path takes over.
+    Gone,
+}
+
+struct Shared {
+    ctx: ControllerContext,
+    config: ServiceConfig,
+    queue: WorkQueue<String>,
+    recorder: EventRecorder,
+    metrics: ServiceMetrics,
+    entries: Mutex<HashMap<String, EntryLock>>,
+}
+
+fn key_of(service: &Service) -> String {
+    format!(
+        "{}/{}",
+        service.namespace().unwrap_or_default(),
+        service.name_any()
+    )
+}
+
+fn is_status(error: &kube::Error, codes: &[u16]) -> bool {
+    matches!(error, kube::Error::Api(s) if codes.contains(&s.code))
+}
+
+/// A conflict: 409, or 422 from a failed JSON-patch `test` of the resourceVersion.
+fn is_conflict(error: &kube::Error) -> bool {
+    is_status(error, &[409, 422])
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    is_status(error, &[404])
+}
+
+/// The provider takes `&[Node]`; the store holds `Arc<Node>`.
+fn owned(nodes: &[Arc<Node>]) -> Vec<Node> {
+    nodes.iter().map(|n| (**n).clone()).collect()
+}
+
+fn json_patch(value: serde_json::Value) -> Result<Patch<()>, String> {
+    serde_json::from_value::<json_patch::Patch>(value)
+        .map(Patch::Json)
+        .map_err(|e| format!("building JSON patch: {e}"))
+}
+
+pub(super) async fn run(
+    ctx: ControllerContext,
+    config: ServiceConfig,
+) -> Result<(), ControllerError> {
+    // Subscribe before waiting for the first list so no change falls in between.
+    let service_changes = ctx.services.subscribe();
+    let node_changes = ctx.nodes.subscribe();
+    let synced = tokio::select! {
+        () = ctx.shutdown.cancelled() => return Ok(()),
+        synced = ctx.wait_for_sync() => synced,
+    };
+    if !synced {
+        return Err(ControllerError::NotSynced(NAME));
+    }
+    let metrics = ServiceMetrics::register(&ctx.metrics);
+    let shared = Arc::new(Shared {
+        queue: ctx.queue(QUEUE_NAME, Backoff::SERVICE),
+        recorder: ctx.recorder(EVENT_COMPONENT),
+        metrics,
+        entries: Mutex::new(HashMap::new()),
+        config,
+        ctx,
+    });
+    // Every LoadBalancer Service is ensured on start, and every pending cleanup runs (the
+    // informer's initial list also arrives as changes; the queue de-duplicates).
+    for service in shared.ctx.services.list() {
+        if plan::should_enqueue_add(&service) {
+            shared.queue.add(key_of(&service));
+        }
+    }
+    tracing::info!(
+        controller = NAME,
+        workers = shared.config.workers,
+        node_sync_window = ?shared.config.node_sync_window,
+        "starting"
+    );
+
+    let (node_tx, node_rx) = mpsc::unbounded_channel();
+    let mut tasks = JoinSet::new();
+    tasks.spawn(service_events(shared.clone(), service_changes));
+    tasks.spawn(node_events(shared.clone(), node_changes, node_tx));
+    tasks.spawn(node_sync_loop(shared.clone(), node_rx));
+
+    let workers = shared.config.workers;
+    let handler_shared = shared.clone();
+    shared
+        .queue
+        .run_workers(workers, shared.ctx.shutdown.clone(), move |key| {
+            let shared = handler_shared.clone();
+            async move { shared.sync_key(key).await }
+        })
+        .await;
+    // The event loops stop on shutdown; the node-sync loop finishes its running pass.
+    while tasks.join_next().await.is_some() {}
+    tracing::info!(controller = NAME, "stopped");
+    Ok(())
+}
+
+/// Queues Services per Go's add and update handlers, plus Services that vanished while the
+/// controller had a record of their load balancer.
+async fn service_events(shared: Arc<Shared>, mut changes: Subscription<Service>) {
+    loop {
+        let change = tokio::select! {
+            () = shared.ctx.shutdown.cancelled() => return,
+            change = changes.recv() => change,
+        };
+        let Some(change) = change else { return };
+        match change {
+            Change::Applied { old: None, new } => {
+                if plan::should_enqueue_add(&new) {
+                    shared.queue.add(key_of(&new));
+                }
+            }
+            Change::Applied {
+                old: Some(old),
+                new,
+            } => {
+                if let Some(trigger) = plan::update_trigger(&old, &new) {
+                    if let Some((reason, note)) = trigger.event {
+                        let (recorder, new) = (shared.recorder.clone(), new.clone());
+                        tokio::spawn(async move { recorder.normal(&*new, reason, note).await });
+                    }
+                    shared.queue.add(key_of(&new));
+                } else if plan::needs_cleanup(&new) {
+                    shared.queue.add(key_of(&new));
+                }
+            }
+            Change::Deleted(gone) => {
+                let key = key_of(&gone);
+                if shared.has_entry(&key) {
+                    shared.queue.add(key);
+                }
+            }
+            Change::Resync => {
+                for service in shared.ctx.services.list() {
+                    if plan::should_enqueue_add(&service) {
+                        shared.queue.add(key_of(&service));
+                    }
+                }
+                for key in shared.entry_keys() {
+                    shared.queue.add(key);
+                }
+            }
+        }
+    }
+}
+
+/// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
+async fn node_events(
+    shared: Arc<Shared>,
+    mut changes: Subscription<Node>,
+    trigger: mpsc::UnboundedSender<()>,
+) {
+    loop {
+        let change = tokio::select! {
+            () = shared.ctx.shutdown.cancelled() => return,
+            change = changes.recv() => change,
+        };
+        let Some(change) = change else { return };
+        let relevant = match &change {
+            Change::Applied { old: None, .. } | Change::Deleted(_) | Change::Resync => true,
+            Change::Applied {
+                old: Some(old),
+                new,
+            } => plan::node_update_needs_sync(old, new),
+        };
+        if relevant && trigger.send(()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Coalesces node-change triggers, then runs one pass for all of them: the pass starts once
+/// `node_sync_window` has passed without a new change, or at the latest
+/// [`MAX_WINDOW_FACTOR`] windows after the first change (so continuous churn cannot postpone
+/// host updates forever). Triggers arriving during a pass start the next window.
+async fn node_sync_loop(shared: Arc<Shared>, mut triggers: mpsc::UnboundedReceiver<()>) {
+    let shutdown = shared.ctx.shutdown.clone();
+    let window = shared.config.node_sync_window;
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            first = triggers.recv() => if first.is_none() { return },
+        }
+        let hard_deadline = tokio::time::Instant::now() + window.saturating_mul(MAX_WINDOW_FACTOR);
+        let mut quiet_deadline = tokio::time::Instant::now() + window;
+        loop {
+            tokio::select! {
+                biased;
+                // Pending node changes are dropped on shutdown: the next leader ensures
+                // every load balancer with the then-current hosts anyway.
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep_until(quiet_deadline.min(hard_deadline)) => break,
+                more = triggers.recv() => match more {
+                    Some(()) => quiet_deadline = tokio::time::Instant::now() + window,
+                    None => break,
+                },
+            }
+        }
+        // Every change received so far is covered by the pass below, which reads the
+        // current node store.
+        while triggers.try_recv().is_ok() {}
+        shared.node_sync_pass().await;
+    }
+}
+
+impl Shared {
+    fn lb(&self) -> Option<&dyn LoadBalancer> {
+        self.ctx.cloud.load_balancer()
+    }
+
+    fn cluster(&self) -> &str {
+        &self.ctx.cluster_name
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, EntryLock>> {
+        // The map is consistent between statements; a poisoned lock means a panic elsewhere.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn entry(&self, key: &str) -> EntryLock {
+        self.entries().entry(key.to_owned()).or_default().clone()
+    }
+
+    fn has_entry(&self, key: &str) -> bool {
+        self.entries().contains_key(key)
+    }
+
+    fn entry_keys(&self) -> Vec<String> {
+        self.entries().keys().cloned().collect()
+    }
+
+    /// Drops the entry of `key` if it holds nothing and nobody else uses it. Every clone of an
+    /// entry is taken under the map lock, so a strong count of 1 under that lock means no one
+    /// else holds or can get it.
+    fn release(&self, key: &str) {
+        let mut entries = self.entries();
+        let unused = entries
+            .get(key)
+            .is_some_and(|e| Arc::strong_count(e) == 1 && e.try_lock().is_ok_and(|g| g.is_empty()));
+        if unused {
+            entries.remove(key);
+        }
+    }
+
+    fn api(&self, namespace: &str) -> Api<Service> {
+        Api::namespaced(self.ctx.client.clone(), namespace)
+    }
+
+    fn eligible_hosts(&self) -> (Vec<Arc<Node>>, Vec<HostKey>) {
+        let hosts = plan::eligible_hosts(&self.ctx.nodes.list());
+        let keys = plan::host_keys(&hosts);
+        (hosts, keys)
+    }
+
+    /// The service worker: one full sync of one Service key.
+    async fn sync_key(self: &Arc<Self>, key: String) -> Outcome {
+        let Some((namespace, name)) = key.split_once('/') else {
+            tracing::warn!(controller = NAME, %key, "ignoring malformed service key");
+            return Outcome::Done;
+        };
+        let entry = self.entry(&key);
+        let result = {
+            let mut entry = entry.lock().await;
+            match self.ctx.services.get_namespaced(namespace, name) {
+                None => self.process_deletion(&mut entry).await,
+                Some(service) => self.process_create_or_update(&mut entry, service).await,
+            }
+        };
+        drop(entry);
+        self.release(&key);
+        match result {
+            Ok(()) | Err(Step::Gone) => Outcome::Done,
+            Err(Step::Retry(after)) => {
+                tracing::info!(controller = NAME, %key, ?after, "provider asked to retry");
+                Outcome::RequeueAfter(after)
+            }
+            Err(Step::Failed) => Outcome::Failed,
+            Err(Step::Restart(_)) => Outcome::Failed,
+        }
+    }
+
+    /// The Service is gone from the cache (Go's `processServiceDeletion`): delete the load
+    /// balancer the controller still has a record of.
+    async fn process_deletion(&self, entry: &mut Entry) -> Result<(), Step> {
+        if let Some(handled) = entry.handled.clone() {
+            self.delete_load_balancer_of(&handled).await?;
+        }
+        entry.forget();
+        Ok(())
+    }
+
+    /// Go's `processLoadBalancerDelete`: delete the load balancer of a Service object that is
+    /// no longer current (vanished, or replaced by a new UID).
+    async fn delete_load_balancer_of(&self, service: &Service) -> Result<(), Step> {
+        let Some(lb) = self.lb() else {
+            return Err(Step::Failed);
+        };
+        self.recorder
+            .normal(service, "DeletingLoadBalancer", "Deleting load balancer")
+            .await;
+        match lb
+            .ensure_load_balancer_deleted(self.cluster(), service)
+            .await
+        {
+            Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
+            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
+            Err(error) => {
+                self.recorder
+                    .warning(
+                        service,
+                        "DeleteLoadBalancerFailed",
+                        format!("Error deleting load balancer: {error}"),
+                    )
+                    .await;
+                return Err(Step::Failed);
+            }
+        }
+        self.recorder
+            .normal(service, "DeletedLoadBalancer", "Deleted load balancer")
+            .await;
+        Ok(())
+    }
+
+    /// Go's `processServiceCreateOrUpdate` + `syncLoadBalancerIfNeeded`.
+    async fn process_create_or_update(
+        &self,
+        entry: &mut Entry,
+        service: Arc<Service>,
+    ) -> Result<(), Step> {
+        let mut service = service;
+        for _ in 0..MAX_CONFLICT_ATTEMPTS {
+            if let Some(old) = entry.handled.clone()
+                && old.metadata.uid != service.metadata.uid
+            {
+                // Deleted and re-created under the same name without us seeing the deletion
+                // through the finalizer: the old load balancer goes first.
+                self.delete_load_balancer_of(&old).await?;
+                entry.forget();
+            }
+            let step = match plan::decide(&service, entry.handled.is_some()) {
+                Decision::Skip => {
+                    entry.forget();
+                    return Ok(());
+                }
+                Decision::Ensure => {
+                    entry.handled = Some(service.clone());
+                    self.ensure(entry, &service).await
+                }
+                Decision::Delete => {
+                    entry.handled = Some(service.clone());
+                    let result = self.delete(&service).await;
+                    if result.is_ok() {
+                        entry.forget();
+                    }
+                    result
+                }
+            };
+            match step {
+                Err(Step::Restart(fresh)) => service = fresh,
+                other => return other,
+            }
+        }
+        self.recorder
+            .warning(
+                &*service,
+                "SyncLoadBalancerFailed",
+                "Error syncing load balancer: the Service kept changing while its finalizer was being written",
+            )
+            .await;
+        Err(Step::Failed)
+    }
+
+    async fn sync_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
+        self.recorder
+            .warning(
+                service,
+                "SyncLoadBalancerFailed",
+                format!("Error syncing load balancer: {error}"),
+            )
+            .await;
+        Step::Failed
+    }
+
+    async fn delete_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
+        self.recorder
+            .warning(
+                service,
+                "DeleteLoadBalancerFailed",
+                format!("Error deleting load balancer: {error}"),
+            )
+            .await;
+        Step::Failed
+    }
+
+    /// The ensure branch.
+    async fn ensure(&self, entry: &mut Entry, service: &Arc<Service>) -> Result<(), Step> {
+        let Some(lb) = self.lb() else {
+            return Err(Step::Failed);
+        };
+        self.recorder
+            .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer")
+            .await;
+        // The finalizer goes on before anything exists in the cloud.
+        let service = match self.add_finalizer(service).await {
+            Ok(s) => s,
+            Err(AddFinalizer::Step(step)) => return Err(step),
+            Err(AddFinalizer::Error(e)) => {
+                return Err(self
+                    .sync_failed(
+                        service,
+                        format!("failed to add load balancer cleanup finalizer: {e}"),
+                    )
+                    .await);
+            }
+        };
+        let (hosts, keys) = self.eligible_hosts();
+        let hosts = owned(&hosts);
+        if hosts.is_empty() {
+            self.recorder
+                .warning(
+                    &*service,
+                    "UnAvailableLoadBalancer",
+                    "There are no available nodes for LoadBalancer",
+                )
+                .await;
+        }
+        // Remembered before the call, as Go does: a node sync compares against what the cloud
+        // was last asked for.
+        entry.last_hosts = Some(keys);
+        let status = match lb
+            .ensure_load_balancer(self.cluster(), &service, &hosts)
+            .await
+        {
+            Ok(status) => status,
+            Err(CloudError::ImplementedElsewhere) => {
+                tracing::debug!(controller = NAME, service = %key_of(&service), "load balancer implemented elsewhere");
+                return Ok(());
+            }
+            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
+            Err(error) => {
+                return Err(self
+                    .sync_failed(&service, format!("failed to ensure load balancer: {error}"))
+                    .await);
+            }
+        };
+        self.recorder
+            .normal(&*service, "EnsuredLoadBalancer", "Ensured load balancer")
+            .await;
+        self.write_status(&service, &status).await
+    }
+
+    /// The delete branch.
+    async fn delete(&self, service: &Arc<Service>) -> Result<(), Step> {
+        let Some(lb) = self.lb() else {
+            return Err(Step::Failed);
+        };
+        match lb.get_load_balancer(self.cluster(), service).await {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                self.recorder
+                    .normal(&**service, "DeletingLoadBalancer", "Deleting load balancer")
+                    .await;
+                match lb
+                    .ensure_load_balancer_deleted(self.cluster(), service)
+                    .await
+                {
+                    Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
+                    Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
+                    Err(error) => {
+                        return Err(self
+                            .delete_failed(
+                                service,
+                                format!("failed to delete load balancer: {error}"),
+                            )
+                            .await);
+                    }
+                }
+            }
+            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
+            Err(error) => {
+                return Err(self
+                    .delete_failed(
+                        service,
+                        format!("failed to check if load balancer exists before cleanup: {error}"),
+                    )
+                    .await);
+            }
+        }
+        match self.remove_finalizer(service).await {
+            Ok(()) => {}
+            Err(RemoveFinalizer::Step(step)) => return Err(step),
+            Err(RemoveFinalizer::Error(e)) => {
+                return Err(self
+                    .delete_failed(
+                        service,
+                        format!("failed to remove load balancer cleanup finalizer: {e}"),
+                    )
+                    .await);
+            }
+        }
+        self.recorder
+            .normal(&**service, "DeletedLoadBalancer", "Deleted load balancer")
+            .await;
+        match self
+            .write_status(service, &LoadBalancerStatus::default())
+            .await
+        {
+            Err(Step::Gone) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Writes `status.loadBalancer.ingress` through the status subresource when it changed.
+    /// A Service that no longer exists is not an error.
+    async fn write_status(
+        &self,
+        service: &Service,
+        status: &LoadBalancerStatus,
+    ) -> Result<(), Step> {
+        let Some(body) = plan::status_patch(service, status) else {
+            return Ok(());
+        };
+        let api = self.api(&service.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &service.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(body),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            Err(e) => Err(self
+                .sync_failed(
+                    service,
+                    format!("failed to update load balancer status: {e}"),
+                )
+                .await),
+        }
+    }
+
+    /// Adds the cleanup finalizer (JSON patch of the status subresource, as Go writes it, with
+    /// a resourceVersion `test`), retrying conflicts on a fresh GET. Returns the Service as
+    /// written.
+    async fn add_finalizer(&self, service: &Arc<Service>) -> Result<Arc<Service>, AddFinalizer> {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let name = service.name_any();
+        let mut current = service.clone();
+        for _ in 0..MAX_CONFLICT_ATTEMPTS {
+            let Some(patch) = plan::add_finalizer_patch(&current) else {
+                return Ok(current);
+            };
+            let patch = json_patch(patch).map_err(AddFinalizer::Error)?;
+            match api
+                .patch_status(&name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(updated) if plan::has_cleanup_finalizer(&updated) => {
+                    return Ok(Arc::new(updated));
+                }
+                Ok(_) => {
+                    return Err(AddFinalizer::Error(
+                        "the API server accepted the patch but did not keep the finalizer".into(),
+                    ));
+                }
+                Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
+                Err(e) if is_conflict(&e) => {
+                    let fresh = match api.get(&name).await {
+                        Ok(fresh) => Arc::new(fresh),
+                        Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
+                        Err(e) => return Err(AddFinalizer::Error(e.to_string())),
+                    };
+                    if fresh.metadata.uid != service.metadata.uid
+                        || plan::decide(&fresh, true) != Decision::Ensure
+                    {
+                        return Err(AddFinalizer::Step(Step::Restart(fresh)));
+                    }
+                    current = fresh;
+                }
+                Err(e) => return Err(AddFinalizer::Error(e.to_string())),
+            }
+        }
+        Err(AddFinalizer::Error(format!(
+            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// Removes the cleanup finalizer, retrying conflicts on a fresh GET. A Service that is gone
+    /// or no longer carries the finalizer is done.
+    async fn remove_finalizer(&self, service: &Arc<Service>) -> Result<(), RemoveFinalizer> {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let name = service.name_any();
+        let mut current = service.clone();
+        for _ in 0..MAX_CONFLICT_ATTEMPTS {
+            let Some(patch) = plan::remove_finalizer_patch(&current) else {
+                return Ok(());
+            };
+            let patch = json_patch(patch).map_err(RemoveFinalizer::Error)?;
+            match api
+                .patch_status(&name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if is_not_found(&e) => return Ok(()),
+                Err(e) if is_conflict(&e) => {
+                    let fresh = match api.get(&name).await {
+                        Ok(fresh) => Arc::new(fresh),
+                        Err(e) if is_not_found(&e) => return Ok(()),
+                        Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
+                    };
+                    if fresh.metadata.uid != service.metadata.uid {
+                        // The Service we cleaned up is gone; its successor is someone else's
+                        // business.
+                        return Ok(());
+                    }
+                    if plan::decide(&fresh, true) == Decision::Ensure {
+                        // It wants a load balancer again: keep the finalizer and ensure.
+                        return Err(RemoveFinalizer::Step(Step::Restart(fresh)));
+                    }
+                    current = fresh;
+                }
+                Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
+            }
+        }
+        Err(RemoveFinalizer::Error(format!(
+            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
+        )))
+    }
+
+    /// One node-sync pass: every load balancer whose eligible host set changed gets one
+    /// `update_load_balancer`, on `workers` parallel workers.
+    async fn node_sync_pass(self: &Arc<Self>) {
+        let started = Instant::now();
+        let keys = self.entry_keys();
+        futures::stream::iter(keys)
+            .for_each_concurrent(self.config.workers, |key| {
+                let shared = self.clone();
+                async move { shared.sync_hosts(&key).await }
+            })
+            .await;
+        ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
+    }
+
+    /// Go's `nodeSyncService` + `lockedUpdateLoadBalancerHosts` for one Service.
+    async fn sync_hosts(&self, key: &str) {
+        let Some(entry) = self.entries().get(key).cloned() else {
+            return;
+        };
+        {
+            let mut entry = entry.lock().await;
+            self.sync_hosts_locked(key, &mut entry).await;
+        }
+        drop(entry);
+        self.release(key);
+    }
+
+    async fn sync_hosts_locked(&self, key: &str, entry: &mut Entry) {
+        let (Some(handled), Some(last)) = (entry.handled.clone(), entry.last_hosts.clone()) else {
+            return;
+        };
+        let Some((namespace, name)) = key.split_once('/') else {
+            return;
+        };
+        // The freshest copy; anything but "same Service, still wanting a load balancer" is
+        // the service worker's business.
+        let Some(service) = self.ctx.services.get_namespaced(namespace, name) else {
+            return;
+        };
+        if service.metadata.uid != handled.metadata.uid
+            || !plan::wants_load_balancer(&service)
+            || plan::is_being_deleted(&service)
+        {
+            return;
+        }
+        let Some(lb) = self.lb() else { return };
+        let (hosts, keys) = self.eligible_hosts();
+        if plan::nodes_sufficiently_equal(&last, &keys) {
+            return;
+        }
+        let hosts = owned(&hosts);
+        entry.last_hosts = Some(keys.clone());
+        self.metrics.loadbalancer_sync.inc();
+        let started = Instant::now();
+        let result = lb
+            .update_load_balancer(self.cluster(), &service, &hosts)
+            .await;
+        ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
+        let error = match result {
+            Ok(()) => {
+                if hosts.is_empty() {
+                    self.recorder
+                        .warning(
+                            &*service,
+                            "UnAvailableLoadBalancer",
+                            "There are no available nodes for LoadBalancer",
+                        )
+                        .await;
+                } else {
+                    self.recorder
+                        .normal(
+                            &*service,
+                            "UpdatedLoadBalancer",
+                            "Updated load balancer with new hosts",
+                        )
+                        .await;
+                }
+                return;
+            }
+            Err(CloudError::ImplementedElsewhere) => return,
+            Err(CloudError::Retry { after, .. }) => {
+                // Retried as a full ensure (which passes the then-current hosts) after exactly
+                // the provider's delay.
+                self.metrics.nodesync_error.inc();
+                entry.last_hosts = Some(last);
+                self.queue.add_after(key.to_owned(), after);
+                return;
+            }
+            Err(error) => error,
+        };
+        // It is only an error if the load balancer still exists.
+        match lb.get_load_balancer(self.cluster(), &service).await {
+            Ok(None) => return,
+            Ok(Some(_)) => {}
+            Err(CloudError::Retry { after, .. }) => {
+                self.metrics.nodesync_error.inc();
+                entry.last_hosts = Some(last);
+                self.queue.add_after(key.to_owned(), after);
+                return;
+            }
+            Err(get_error) => {
+                tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
+            }
+        }
+        self.metrics.nodesync_error.inc();
+        tracing::warn!(controller = NAME, %key, %error, "failed to update load balancer hosts; falling back to a full ensure");
+        self.recorder
+            .warning(
+                &*service,
+                "UpdateLoadBalancerFailed",
+                plan::update_failed_note(&keys, &error.to_string()),
+            )
+            .await;
+        // Falls back to a full ensure of this Service, at once (not rate limited), as Go does.
+        self.queue.add(key.to_owned());
+    }
+}
+
+enum AddFinalizer {
+    Step(Step),
+    Error(String),
+}
+
+enum RemoveFinalizer {
+    Step(Step),
+    Error(String),
+}

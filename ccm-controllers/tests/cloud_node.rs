@@ -1,0 +1,1102 @@
+//! Controller tests of the cloud-node controller: the real controller against the in-process
+//! API server (real HTTP, real watches) with FakeCloud, or against the real cluster named by
+//! `CCM_TEST_KUBECONFIG`.
+//!
+//! On a real cluster the controller must not touch anybody else's Nodes, so there the shared
+//! informer is restricted to this test's Nodes with a label selector (every Node a test creates
+//! carries `ccm-test.example.com/run=<unique>`); on the in-process server the test owns the
+//! whole server and uses `ControllerContext::standalone` as is. Steps that need the in-process
+//! server's request log or fault injection are skipped on a real cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ccm_controllers::cloud_node::{self, CloudNodeConfig};
+use ccm_controllers::informer::{self, Informer};
+use ccm_controllers::metrics::{MetricsRegistry, WorkQueueMetrics};
+use ccm_controllers::{ControllerContext, ControllerError};
+use ccm_core::well_known::{
+    ANNOTATION_PROVIDED_NODE_IP, LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE,
+    LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE,
+    TAINT_UNINITIALIZED,
+};
+use ccm_core::{
+    CancellationToken, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node,
+    NodeAddress, Zones, async_trait,
+};
+use ccm_testing::TestCluster;
+use ccm_testing::builders::{NodeBuilder, kubelet_node};
+use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
+use ccm_testing::wait::{eventually, wait_for};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use tokio::task::{JoinHandle, JoinSet};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const RUN_LABEL: &str = "ccm-test.example.com/run";
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+
+struct Test {
+    cluster: TestCluster,
+    run: String,
+    nodes: Api<Node>,
+}
+
+impl Test {
+    async fn start() -> Test {
+        let cluster = TestCluster::start().await;
+        let run = cluster.unique_name("run");
+        let nodes = Api::all(cluster.client());
+        Test {
+            cluster,
+            run,
+            nodes,
+        }
+    }
+
+    fn name(&self, prefix: &str) -> String {
+        self.cluster.unique_name(prefix)
+    }
+
+    /// A kubelet-registered node carrying this test's selector label.
+    fn node(&self, name: &str) -> NodeBuilder {
+        kubelet_node(name).label(RUN_LABEL, &self.run)
+    }
+
+    async fn create(&self, node: &Node) -> Node {
+        self.cluster.create(node).await
+    }
+
+    /// The controller's context: standalone on the in-process server, restricted to this
+    /// test's nodes on a real cluster.
+    fn context(&self, cloud: Arc<dyn CloudProvider>) -> (ControllerContext, JoinSet<()>) {
+        if !self.cluster.is_real() {
+            return ControllerContext::standalone(self.cluster.client(), cloud, "kubernetes");
+        }
+        let client = self.cluster.client();
+        let metrics = MetricsRegistry::new();
+        let workqueue_metrics = WorkQueueMetrics::register(&metrics);
+        let shutdown = CancellationToken::new();
+        let selector = format!("{RUN_LABEL}={}", self.run);
+        let (nodes, node_driver) = Informer::new(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+            informer::strip_node,
+            shutdown.clone(),
+        );
+        let (services, service_driver) = Informer::new(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+            informer::strip_nothing::<Service>,
+            shutdown.clone(),
+        );
+        let mut tasks = JoinSet::new();
+        tasks.spawn(node_driver);
+        tasks.spawn(service_driver);
+        let ctx = ControllerContext {
+            client,
+            cloud,
+            nodes,
+            services,
+            metrics,
+            workqueue_metrics,
+            shutdown,
+            cluster_name: "kubernetes".into(),
+            identity: "cloud-node-test".into(),
+        };
+        (ctx, tasks)
+    }
+
+    fn run_controller(&self, cloud: Arc<dyn CloudProvider>, config: CloudNodeConfig) -> Running {
+        let (ctx, tasks) = self.context(cloud);
+        let handle = tokio::spawn(cloud_node::run(ctx.clone(), config));
+        Running { ctx, tasks, handle }
+    }
+
+    /// Events recorded about a node, as (type, reason, note).
+    async fn events(&self, node: &str) -> Vec<(String, String, String)> {
+        let api: Api<Event> = Api::namespaced(self.cluster.client(), "default");
+        let list = api.list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_deref())
+                    .is_some_and(|n| n == node)
+            })
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    async fn wait_event(&self, node: &str, reason: &str) -> (String, String, String) {
+        let found = eventually(TIMEOUT, || async {
+            self.events(node).await.iter().any(|e| e.1 == reason)
+        })
+        .await;
+        let events = self.events(node).await;
+        assert!(found, "no {reason} event for {node}; events: {events:?}");
+        events.into_iter().find(|e| e.1 == reason).unwrap()
+    }
+
+    async fn wait_initialized(&self, name: &str) -> Node {
+        wait_for(&self.nodes, name, TIMEOUT, |n: &Node| {
+            !has_taint(n, TAINT_UNINITIALIZED)
+        })
+        .await
+        .unwrap()
+    }
+}
+
+struct Running {
+    ctx: ControllerContext,
+    tasks: JoinSet<()>,
+    handle: JoinHandle<Result<(), ControllerError>>,
+}
+
+impl Running {
+    async fn stop(mut self) {
+        self.ctx.shutdown.cancel();
+        self.handle.await.unwrap().unwrap();
+        self.tasks.shutdown().await;
+    }
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    taints(node).iter().any(|(k, _)| k == key)
+}
+
+fn taints(node: &Node) -> Vec<(String, String)> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.key, t.effect))
+        .collect()
+}
+
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn provider_id(node: &Node) -> Option<&str> {
+    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+}
+
+fn addresses(node: &Node) -> Vec<(String, String)> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect()
+}
+
+fn addr(type_: &str, address: &str) -> (String, String) {
+    (type_.to_owned(), address.to_owned())
+}
+
+/// The addresses FakeCloud reports for a node name.
+async fn fake_addresses(fake: &FakeCloud, name: &str) -> Vec<(String, String)> {
+    let node = kubelet_node(name).build();
+    let meta = fake
+        .instances_v2()
+        .unwrap()
+        .instance_metadata(&node)
+        .await
+        .unwrap();
+    fake.reset_calls();
+    meta.node_addresses
+        .into_iter()
+        .map(|a| (a.type_, a.address))
+        .collect()
+}
+
+fn fake_internal_ip(addrs: &[(String, String)]) -> String {
+    addrs
+        .iter()
+        .find(|(t, _)| t == "InternalIP")
+        .map(|(_, a)| a.clone())
+        .unwrap()
+}
+
+/// A config whose periodic refresh stays out of the way.
+fn quiet_config() -> CloudNodeConfig {
+    CloudNodeConfig {
+        status_update_frequency: Duration::from_secs(3600),
+        ..CloudNodeConfig::default()
+    }
+}
+
+/// A provider wrapping FakeCloud whose `InstancesV2` answers can be edited, and which counts
+/// how many `instance_metadata` calls run at once.
+struct Probe {
+    fake: FakeCloud,
+    tweak: fn(&mut InstanceMetadata),
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+}
+
+impl Probe {
+    fn new(fake: FakeCloud, tweak: fn(&mut InstanceMetadata)) -> Arc<Probe> {
+        Arc::new(Probe {
+            fake,
+            tweak,
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+        })
+    }
+}
+
+#[async_trait]
+impl CloudProvider for Probe {
+    fn provider_name(&self) -> &str {
+        "fake"
+    }
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+    fn instances(&self) -> Option<&dyn Instances> {
+        None
+    }
+    fn zones(&self) -> Option<&dyn Zones> {
+        None
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for Probe {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_exists(node)
+            .await
+    }
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_shutdown(node)
+            .await
+    }
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let result = self
+            .fake
+            .instances_v2()
+            .unwrap()
+            .instance_metadata(node)
+            .await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let mut meta = result?;
+        (self.tweak)(&mut meta);
+        Ok(meta)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Initialisation
+
+#[tokio::test]
+async fn initializes_a_tainted_node_with_instances_v2() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    let name = t.name("v2");
+    let expected_addresses = fake_addresses(&fake, &name).await;
+    t.create(
+        &t.node(&name)
+            .taint("example.com/dedicated", "db", "NoExecute")
+            .build(),
+    )
+    .await;
+    if let Some(server) = t.cluster.api_server() {
+        server.clear_requests();
+    }
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    for (k, v) in [
+        (LABEL_INSTANCE_TYPE, "fake-small"),
+        (LABEL_INSTANCE_TYPE_BETA, "fake-small"),
+        (LABEL_TOPOLOGY_ZONE, "zone-a"),
+        (LABEL_FAILURE_DOMAIN_BETA_ZONE, "zone-a"),
+        (LABEL_TOPOLOGY_REGION, "region-1"),
+        (LABEL_FAILURE_DOMAIN_BETA_REGION, "region-1"),
+    ] {
+        assert_eq!(label(&node, k), Some(v), "label {k}");
+    }
+    // kubelet's own labels and the other taint are untouched.
+    assert_eq!(label(&node, "kubernetes.io/hostname"), Some(name.as_str()));
+    assert_eq!(
+        taints(&node),
+        vec![("example.com/dedicated".to_owned(), "NoExecute".to_owned())]
+    );
+    let synced = t.wait_event(&name, "Synced").await;
+    assert_eq!(synced.0, "Normal");
+    assert_eq!(synced.2, "Node synced successfully");
+    let node = t.nodes.get(&name).await.unwrap();
+    assert_eq!(addresses(&node), expected_addresses);
+    assert_eq!(fake.call_count("instance_metadata"), 1);
+
+    // The write budget: one patch of the node, one of its status (and the Synced event).
+    if let Some(server) = t.cluster.api_server() {
+        let writes: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.resource == "nodes"
+                    && r.name.as_deref() == Some(name.as_str())
+                    && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+            })
+            .map(|r| (r.verb, r.subresource, r.content_type, r.status))
+            .collect();
+        assert_eq!(
+            writes,
+            vec![
+                (
+                    "patch".to_owned(),
+                    None,
+                    Some("application/json-patch+json".to_owned()),
+                    200
+                ),
+                (
+                    "patch".to_owned(),
+                    Some("status".to_owned()),
+                    Some("application/merge-patch+json".to_owned()),
+                    200
+                ),
+            ]
+        );
+    }
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn initializes_with_legacy_instances_and_zones() {
+    let t = Test::start().await;
+    let fake = FakeCloud::builder()
+        .instances_v2(false)
+        .legacy_instances(true)
+        .build();
+    let name = t.name("v1");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("fake-small"));
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    assert_eq!(
+        label(&node, LABEL_FAILURE_DOMAIN_BETA_REGION),
+        Some("region-1")
+    );
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert!(
+        addresses(&node).iter().any(|(ty, _)| ty == "InternalIP"),
+        "{:?}",
+        addresses(&node)
+    );
+    // Go's legacy path: instance ID, then the by-provider-ID lookups (which succeed here).
+    assert_eq!(fake.call_count("instance_metadata"), 0);
+    assert_eq!(fake.call_count("instance_id"), 1);
+    assert_eq!(fake.call_count("instance_type_by_provider_id"), 1);
+    assert_eq!(fake.call_count("node_addresses_by_provider_id"), 1);
+    assert_eq!(fake.call_count("get_zone_by_provider_id"), 1);
+    assert_eq!(fake.call_count("instance_type"), 0);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn legacy_fallbacks_by_name_and_no_zones() {
+    let t = Test::start().await;
+    let fake = FakeCloud::builder()
+        .capabilities(Capabilities {
+            instances_v2: false,
+            instances: true,
+            zones: false,
+            ..Capabilities::default()
+        })
+        .build();
+    // The by-provider-ID lookups fail: the by-name ones are used instead.
+    fake.inject("instance_type_by_provider_id", Fault::NotImplemented);
+    fake.inject("node_addresses_by_provider_id", Fault::FailNext(1));
+    let name = t.name("v1-byname");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("fake-small"));
+    assert_eq!(
+        label(&node, LABEL_TOPOLOGY_ZONE),
+        None,
+        "no Zones, no zone label"
+    );
+    assert_eq!(label(&node, LABEL_TOPOLOGY_REGION), None);
+    assert_eq!(fake.call_count("instance_type"), 1);
+    assert_eq!(fake.call_count("node_addresses"), 1);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn legacy_instance_id_not_implemented_initializes_without_provider_id() {
+    let t = Test::start().await;
+    let fake = FakeCloud::builder()
+        .instances_v2(false)
+        .legacy_instances(true)
+        .build();
+    fake.inject("instance_id", Fault::NotImplemented);
+    let name = t.name("v1-noid");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), None);
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("fake-small"));
+    // Without a providerID the by-name lookups are used directly.
+    assert_eq!(fake.call_count("instance_type_by_provider_id"), 0);
+    assert_eq!(fake.call_count("instance_type"), 1);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn empty_provider_id_keeps_the_node_tainted() {
+    let t = Test::start().await;
+    let probe = Probe::new(FakeCloud::default(), |m| m.provider_id.clear());
+    let bare = t.name("noid");
+    let preset = t.name("preset");
+    t.create(&t.node(&bare).build()).await;
+    t.create(
+        &t.node(&preset)
+            .provider_id(&format!("fake://{preset}"))
+            .build(),
+    )
+    .await;
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    // The node that already has a providerID is initialised with it.
+    let node = t.wait_initialized(&preset).await;
+    assert_eq!(
+        provider_id(&node),
+        Some(format!("fake://{preset}").as_str())
+    );
+    // The other stays tainted, with a Warning naming the step.
+    let (type_, _, note) = t.wait_event(&bare, "SyncFailed").await;
+    assert_eq!(type_, "Warning");
+    assert!(note.contains("providerID"), "{note}");
+    assert!(
+        note.contains("cloud provider does not set node provider ID"),
+        "{note}"
+    );
+    let node = t.nodes.get(&bare).await.unwrap();
+    assert!(has_taint(&node, TAINT_UNINITIALIZED));
+    assert_eq!(provider_id(&node), None);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Labels
+
+#[tokio::test]
+async fn additional_labels_are_filtered_and_never_overwrite() {
+    let t = Test::start().await;
+    let fake = FakeCloud::builder()
+        .additional_label("example.com/pool", "blue")
+        .additional_label("example.com/rack", "r1")
+        .additional_label("node.kubernetes.io/sneaky", "x")
+        .additional_label("k8s.io/sneaky", "x")
+        .build();
+    let name = t.name("labels");
+    t.create(
+        &t.node(&name)
+            .label("example.com/pool", "green")
+            .label(LABEL_TOPOLOGY_ZONE, "stale-zone")
+            .build(),
+    )
+    .await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(
+        label(&node, "example.com/pool"),
+        Some("green"),
+        "never overwritten"
+    );
+    assert_eq!(label(&node, "example.com/rack"), Some("r1"));
+    assert_eq!(label(&node, "node.kubernetes.io/sneaky"), None);
+    assert_eq!(label(&node, "k8s.io/sneaky"), None);
+    // The well-known labels are set from the cloud, as Go does.
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn label_reconcile_of_initialized_nodes_needs_no_cloud() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    // Every cloud call fails: the label reconcile must not need one.
+    fake.inject("instance_metadata", Fault::NotImplemented);
+    let name = t.name("reconcile");
+    t.create(
+        &t.node(&name)
+            .without_uninitialized_taint()
+            .provider_id(&format!("fake://{name}"))
+            .label(LABEL_FAILURE_DOMAIN_BETA_ZONE, "z1")
+            .label(LABEL_FAILURE_DOMAIN_BETA_REGION, "r1")
+            .label(LABEL_TOPOLOGY_REGION, "old-region")
+            .label(LABEL_INSTANCE_TYPE_BETA, "big")
+            .label(LABEL_INSTANCE_TYPE, "big")
+            .build(),
+    )
+    .await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        label(n, LABEL_TOPOLOGY_ZONE) == Some("z1") && label(n, LABEL_TOPOLOGY_REGION) == Some("r1")
+    })
+    .await
+    .unwrap();
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("big"));
+    assert_eq!(label(&node, LABEL_FAILURE_DOMAIN_BETA_ZONE), Some("z1"));
+
+    // A later change of the beta label is followed again.
+    t.nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {LABEL_FAILURE_DOMAIN_BETA_ZONE: "z2"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        label(n, LABEL_TOPOLOGY_ZONE) == Some("z2")
+    })
+    .await
+    .unwrap();
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Addresses
+
+#[tokio::test]
+async fn kubelet_hostname_is_kept_when_the_cloud_reports_none() {
+    let t = Test::start().await;
+    let probe = Probe::new(FakeCloud::default(), |m| {
+        m.node_addresses.retain(|a| a.type_ != "Hostname");
+    });
+    let name = t.name("hostname");
+    let fake_addrs = fake_addresses(&probe.fake, &name).await;
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    let mut expected: Vec<_> = fake_addrs
+        .into_iter()
+        .filter(|(ty, _)| ty != "Hostname")
+        .collect();
+    expected.push(addr("Hostname", &name));
+    assert_eq!(addresses(&node), expected);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn zero_cloud_addresses_leave_the_nodes_addresses_alone() {
+    let t = Test::start().await;
+    let probe = Probe::new(FakeCloud::default(), |m| m.node_addresses.clear());
+    let name = t.name("noaddr");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert!(!has_taint(&node, TAINT_UNINITIALIZED));
+    assert_eq!(addresses(&node), vec![addr("Hostname", &name)]);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn provided_node_ip_single_stack_goes_first_and_drops_other_internal_ips() {
+    let t = Test::start().await;
+    // The cloud reports a second InternalIP before the node's own.
+    let probe = Probe::new(FakeCloud::default(), |m| {
+        m.node_addresses.insert(
+            0,
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: "192.0.2.200".into(),
+            },
+        );
+    });
+    let name = t.name("nodeip");
+    let ip = fake_internal_ip(&fake_addresses(&probe.fake, &name).await);
+    t.create(
+        &t.node(&name)
+            .provided_node_ip(&ip)
+            .addresses(vec![NodeAddress {
+                type_: "Hostname".into(),
+                address: name.clone(),
+            }])
+            .build(),
+    )
+    .await;
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert_eq!(
+        addresses(&node),
+        vec![addr("InternalIP", &ip), addr("Hostname", &name)]
+    );
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn provided_node_ip_dual_stack_in_requested_order() {
+    let t = Test::start().await;
+    let probe = Probe::new(FakeCloud::default(), |m| {
+        m.node_addresses.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: "fd00::10".into(),
+        });
+        m.node_addresses.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: "fd00::11".into(),
+        });
+        m.node_addresses.push(NodeAddress {
+            type_: "ExternalIP".into(),
+            address: "198.51.100.7".into(),
+        });
+    });
+    let name = t.name("dualstack");
+    let v4 = fake_internal_ip(&fake_addresses(&probe.fake, &name).await);
+    let mut node = t.node(&name).build();
+    node.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ANNOTATION_PROVIDED_NODE_IP.into(), format!("fd00::11,{v4}"));
+    t.create(&node).await;
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert_eq!(
+        addresses(&node),
+        vec![
+            addr("InternalIP", "fd00::11"),
+            addr("InternalIP", &v4),
+            addr("Hostname", &name),
+            addr("ExternalIP", "198.51.100.7"),
+        ]
+    );
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn unknown_provided_node_ip_keeps_the_node_tainted_until_fixed() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    let name = t.name("badip");
+    let ip = fake_internal_ip(&fake_addresses(&fake, &name).await);
+    let mut node = t.node(&name).build();
+    node.metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(ANNOTATION_PROVIDED_NODE_IP.into(), format!("{ip},fd00::99"));
+    t.create(&node).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let (type_, _, note) = t.wait_event(&name, "SyncFailed").await;
+    assert_eq!(type_, "Warning");
+    assert!(note.contains("node IP"), "{note}");
+    assert!(note.contains("fd00::99"), "{note}");
+    let node = t.nodes.get(&name).await.unwrap();
+    assert!(has_taint(&node, TAINT_UNINITIALIZED));
+    assert_eq!(
+        provider_id(&node),
+        None,
+        "nothing written for an invalid node IP"
+    );
+
+    // kubelet restarted with a valid --node-ip: the node is initialised.
+    t.nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_PROVIDED_NODE_IP: ip}}})),
+        )
+        .await
+        .unwrap();
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn periodic_refresh_updates_addresses_of_initialized_nodes() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    let name = t.name("refresh");
+    let expected = fake_addresses(&fake, &name).await;
+    t.create(
+        &t.node(&name)
+            .without_uninitialized_taint()
+            .provider_id(&format!("fake://{name}"))
+            .addresses(vec![
+                NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: "192.0.2.1".into(),
+                },
+                NodeAddress {
+                    type_: "Hostname".into(),
+                    address: name.clone(),
+                },
+            ])
+            .build(),
+    )
+    .await;
+    let running = t.run_controller(
+        fake.provider(),
+        CloudNodeConfig {
+            status_update_frequency: Duration::from_millis(500),
+            status_update_workers: 2,
+            ..CloudNodeConfig::default()
+        },
+    );
+    wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        addresses(n) == expected
+    })
+    .await
+    .unwrap();
+    // The cloud changes nothing: later refreshes write nothing.
+    let calls = fake.call_count("instance_metadata");
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= calls + 2
+        })
+        .await
+    );
+    if let Some(server) = t.cluster.api_server() {
+        let status_writes = server
+            .requests()
+            .iter()
+            .filter(|r| r.name.as_deref() == Some(name.as_str()) && r.verb == "patch")
+            .count();
+        assert_eq!(status_writes, 1);
+    }
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency safety and failures
+
+#[tokio::test]
+async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
+    let t = Test::start().await;
+    // The cloud answers slowly, so the test can change the node while the controller waits.
+    let fake = FakeCloud::builder()
+        .operation_latency("instance_metadata", Duration::from_millis(1500))
+        .build();
+    let name = t.name("race");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= 1
+        })
+        .await
+    );
+    // kubelet (or a user) adds a taint and a label meanwhile.
+    let current = t.nodes.get(&name).await.unwrap();
+    let mut new_taints = current.spec.clone().unwrap().taints.unwrap();
+    new_taints.push(k8s_openapi::api::core::v1::Taint {
+        key: "example.com/late".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    });
+    t.nodes
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"example.com/late": "yes"}},
+                "spec": {"taints": new_taints},
+            })),
+        )
+        .await
+        .unwrap();
+
+    let node = t.wait_initialized(&name).await;
+    assert!(has_taint(&node, "example.com/late"), "{:?}", taints(&node));
+    assert_eq!(label(&node, "example.com/late"), Some("yes"));
+    assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
+    // One cloud call: the conflict was resolved from a fresh read, not a new cloud call.
+    assert_eq!(fake.call_count("instance_metadata"), 1);
+    if let Some(server) = t.cluster.api_server() {
+        let spec_patches: Vec<u16> = server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.name.as_deref() == Some(name.as_str())
+                    && r.verb == "patch"
+                    && r.subresource.is_none()
+                    && r.content_type.as_deref() == Some("application/json-patch+json")
+            })
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(
+            spec_patches,
+            vec![422, 200],
+            "a stale write is refused, then redone"
+        );
+    }
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn metadata_failure_is_reported_and_retried_until_it_works() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    fake.inject("instance_metadata", Fault::FailNext(3));
+    let name = t.name("flaky");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let node = t.wait_initialized(&name).await;
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    assert_eq!(fake.call_count("instance_metadata"), 4);
+    t.wait_event(&name, "Synced").await;
+    let events = t.events(&name).await;
+    let warning = events
+        .iter()
+        .find(|e| e.1 == "SyncFailed")
+        .unwrap_or_else(|| panic!("no SyncFailed event: {events:?}"));
+    assert_eq!(warning.0, "Warning");
+    assert!(
+        warning.2.contains("Failed to get instance metadata"),
+        "{}",
+        warning.2
+    );
+    assert!(warning.2.contains("injected failure"), "{}", warning.2);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn retry_error_requeues_after_the_providers_delay_without_a_warning() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    fake.inject(
+        "instance_metadata",
+        Fault::Retry {
+            after: Duration::from_secs(3),
+            count: 1,
+        },
+    );
+    let name = t.name("retry");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= 1
+        })
+        .await
+    );
+    // Exponential backoff would have retried within milliseconds; Retry waits its 3 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(fake.call_count("instance_metadata"), 1);
+    t.wait_initialized(&name).await;
+    assert_eq!(fake.call_count("instance_metadata"), 2);
+    t.wait_event(&name, "Synced").await;
+    assert!(
+        !t.events(&name).await.iter().any(|e| e.1 == "SyncFailed"),
+        "no Warning for a Retry"
+    );
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn failed_address_write_is_retried_without_a_cloud_call() {
+    let t = Test::start().await;
+    let Some(server) = t.cluster.api_server() else {
+        return; // needs fault injection in the API server
+    };
+    let fake = FakeCloud::default();
+    let name = t.name("statusfail");
+    let expected = fake_addresses(&fake, &name).await;
+    t.create(&t.node(&name).build()).await;
+    server.fail_next("patch", "nodes/status", 1, 500, None);
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    let (_, _, note) = t.wait_event(&name, "SyncFailed").await;
+    assert!(note.contains("addresses"), "{note}");
+    t.wait_event(&name, "Synced").await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert!(!has_taint(&node, TAINT_UNINITIALIZED));
+    assert_eq!(addresses(&node), expected);
+    assert_eq!(fake.call_count("instance_metadata"), 1);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Concurrency, configuration, metrics
+
+#[tokio::test]
+async fn nodes_are_initialized_in_parallel() {
+    let t = Test::start().await;
+    let probe = Probe::new(
+        FakeCloud::builder()
+            .operation_latency("instance_metadata", Duration::from_millis(300))
+            .build(),
+        |_| {},
+    );
+    let names: Vec<String> = (0..8).map(|i| t.name(&format!("par{i}"))).collect();
+    for n in &names {
+        t.create(&t.node(n).build()).await;
+    }
+    let running = t.run_controller(
+        probe.clone(),
+        CloudNodeConfig {
+            workers: 4,
+            ..quiet_config()
+        },
+    );
+    for n in &names {
+        t.wait_initialized(n).await;
+    }
+    let max = probe.max_in_flight.load(Ordering::SeqCst);
+    assert!(max > 1 && max <= 4, "max concurrent cloud calls: {max}");
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn zero_workers_and_missing_capabilities_are_refused() {
+    let t = Test::start().await;
+    let (ctx, mut tasks) = t.context(FakeCloud::default().provider());
+    let err = cloud_node::run(
+        ctx.clone(),
+        CloudNodeConfig {
+            workers: 0,
+            ..CloudNodeConfig::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("--concurrent-node-syncs"), "{err}");
+    let err = cloud_node::run(
+        ctx.clone(),
+        CloudNodeConfig {
+            status_update_frequency: Duration::ZERO,
+            ..CloudNodeConfig::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("--node-status-update-frequency"),
+        "{err}"
+    );
+    ctx.shutdown.cancel();
+    tasks.shutdown().await;
+
+    let no_instances = FakeCloud::builder()
+        .capabilities(Capabilities {
+            instances_v2: false,
+            instances: false,
+            ..Capabilities::default()
+        })
+        .build();
+    let (ctx, mut tasks) = t.context(no_instances.provider());
+    let err = cloud_node::run(ctx.clone(), CloudNodeConfig::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ControllerError::MissingCapability {
+                controller: "cloud-node-controller",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    ctx.shutdown.cancel();
+    tasks.shutdown().await;
+    assert_eq!(
+        CloudNodeConfig::default().workers,
+        cloud_node::DEFAULT_WORKERS
+    );
+    assert_eq!(
+        CloudNodeConfig::default().status_update_frequency,
+        Duration::from_secs(300)
+    );
+    assert_eq!(CloudNodeConfig::default().status_update_workers, 0);
+}
+
+#[tokio::test]
+async fn metrics_use_gos_names() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    let name = t.name("metrics");
+    t.create(&t.node(&name).build()).await;
+    let running = t.run_controller(fake.provider(), quiet_config());
+    t.wait_event(&name, "Synced").await;
+    let text = running.ctx.metrics.encode().unwrap();
+    for needle in [
+        "node_controller_cloud_provider_taint_removal_delay_seconds_count 1",
+        "node_controller_initial_node_sync_delay_seconds_count 1",
+        "node_controller_reconciles_total{kind=\"initialize\",result=\"success\"} 1",
+        "node_controller_reconcile_duration_seconds_count{kind=\"initialize\"} 1",
+        "workqueue_depth{name=\"Nodes\"}",
+        "workqueue_adds_total{name=\"Nodes\"}",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
