@@ -20,9 +20,68 @@
 
 use crate::runtime::ControllerEntry;
 
-/// The built-in controllers, in start order. Only controllers whose modules exist are listed.
+/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`).
 pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
-    vec![route_controller()]
+    vec![
+        cloud_node_controller(),
+        node_lifecycle_controller(),
+        service_controller(),
+        route_controller(),
+    ]
+}
+
+/// `cloud-node-controller` (`cloud-node`): initialises tainted Nodes and refreshes addresses.
+fn cloud_node_controller() -> ControllerEntry {
+    use crate::cloud_node::{CONTROLLER_NAME, CloudNodeConfig};
+    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+        let o = &args.options;
+        crate::cloud_node::run(
+            ctx,
+            CloudNodeConfig {
+                workers: o.node_sync_workers(),
+                status_update_frequency: o.node_status_update_frequency(),
+                status_update_workers: o.node_status_update_workers(),
+            },
+        )
+        .await
+    })
+    .alias("cloud-node")
+}
+
+/// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
+/// are gone (after the grace period), taints shut-down ones.
+fn node_lifecycle_controller() -> ControllerEntry {
+    use crate::node_lifecycle::{CONTROLLER_NAME, NodeLifecycleConfig};
+    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+        let o = &args.options;
+        crate::node_lifecycle::run(
+            ctx,
+            NodeLifecycleConfig {
+                monitor_period: o.node_monitor_period(),
+                deletion_grace_period: o.node_deletion_grace_period(),
+                ..NodeLifecycleConfig::default()
+            },
+        )
+        .await
+    })
+    .alias("cloud-node-lifecycle")
+}
+
+/// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
+fn service_controller() -> ControllerEntry {
+    use crate::service::ServiceConfig;
+    ControllerEntry::new("service-lb-controller", |ctx, args| async move {
+        let o = &args.options;
+        crate::service::run(
+            ctx,
+            ServiceConfig {
+                workers: o.service_workers(),
+                node_sync_window: o.node_sync_window(),
+            },
+        )
+        .await
+    })
+    .alias("service")
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has

@@ -42,13 +42,13 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod node_lifecycle;
 pub mod options;
 pub mod route;
 pub mod runtime;
 pub mod secure_serving;
 pub mod service;
 pub mod serving;
-pub mod node_lifecycle;
 pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext};
