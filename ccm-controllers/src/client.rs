@@ -67,7 +67,13 @@ pub async fn load_config(options: &Options) -> Result<Config, ClientError> {
         ),
         _ => None,
     };
-    let mut config = match (&options.kube.kubeconfig, &master) {
+    // An empty `--kubeconfig=` means none, as in Go.
+    let kubeconfig = options
+        .kube
+        .kubeconfig
+        .as_ref()
+        .filter(|p| !p.as_os_str().is_empty());
+    let mut config = match (kubeconfig, &master) {
         (Some(path), _) => {
             let err = |message: String| ClientError::Kubeconfig {
                 path: path.display().to_string(),
@@ -304,5 +310,49 @@ where
                 .inc();
             result
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use tower::ServiceExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn kube_api_qps_and_burst_hold_under_a_burst() {
+        // --kube-api-qps=20 --kube-api-burst=30 (the defaults): 100 requests at once.
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let start = Instant::now();
+        let inner = tower::service_fn(move |_req: Request<()>| {
+            record
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(start.elapsed());
+            async { Ok::<_, std::convert::Infallible>(Response::new(())) }
+        });
+        let mut svc = RateLimitLayer::new(Arc::new(TokenBucket::new(20.0, 30))).layer(inner);
+        for _ in 0..100 {
+            let ready = svc.ready().await.unwrap_or_else(|e| match e {});
+            let _ = ready.call(Request::new(())).await;
+        }
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(seen.len(), 100);
+        assert_eq!(
+            seen.iter().filter(|t| t.is_zero()).count(),
+            30,
+            "the burst passes at once"
+        );
+        for second in 1..4u64 {
+            let n = seen.iter().filter(|t| t.as_secs() == second).count();
+            assert!(n <= 21, "second {second}: {n} requests > qps");
+        }
+        // (100 - 30) / 20 = 3.5 s.
+        assert!(
+            seen[99] >= std::time::Duration::from_millis(3_500),
+            "{:?}",
+            seen[99]
+        );
     }
 }

@@ -6,24 +6,31 @@
 //! - `--leader-elect-lease-duration` → the Lease's `leaseDurationSeconds` (rounded up);
 //! - `--leader-elect-retry-period` → the leader renews every retry period (the manager's
 //!   "grace" is `duration - retry period`), and a standby re-reads the Lease every retry period;
-//! - `--leader-elect-renew-deadline` → how long the leader keeps retrying failing renewals
-//!   before it declares the lease lost (and the process exits non-zero).
+//! - `--leader-elect-renew-deadline` → the leader reads its Lease every retry period (as
+//!   client-go does) and declares the lease lost (the process exits non-zero) when another
+//!   identity holds it or its last renewal is older than the renew deadline, so it stops before
+//!   a standby may take over at expiry.
+//!
+//! RBAC: the manager reads, creates and **patches** the Lease (server-side apply and strategic
+//! merge patches); Go's client-go updates it with PUT. A ClusterRole written for a Go CCM
+//! (`leases: create, get, update`) must also grant `patch`.
 //!
 //! A standby does not use the manager's own wait (which sleeps until the holder's lease
 //! *expires*, so a released lease would be taken over only after the lease duration): each
 //! retry period it builds a fresh manager (one GET of the Lease) and tries once. A lease the
 //! leader released on graceful shutdown is therefore taken over within one retry period.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseParams};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::options::{LeaderElectionArgs, ceil_secs};
+use crate::options::{LeaderElectionArgs, ceil_secs, format_go_duration};
 
 /// Where this process stands in the election (also what `/readyz` and `/healthz` report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,53 +164,87 @@ impl Held {
     }
 }
 
+/// Renews through the manager until it reports the lease lost; failed renewals are logged and
+/// retried every retry period (the deadline is enforced by the watchdog in [`hold`]).
+async fn renew(manager: &LeaseManager, retry_period: Duration) -> String {
+    loop {
+        match manager.changed().await {
+            Ok(true) => {}
+            Ok(false) => return "another process holds the lease".to_owned(),
+            Err(e) => {
+                tracing::warn!(error = %e, "renewing the leader lease failed; retrying");
+                tokio::time::sleep(retry_period).await;
+            }
+        }
+    }
+}
+
 /// Keeps renewing the lease held by `manager` until [`Held::release`] or until it is lost.
-pub(crate) fn hold(manager: LeaseManager, config: &ElectionConfig) -> Held {
+///
+/// A watchdog reads the Lease every retry period (as client-go's leader does): the lease is
+/// lost when another identity holds it, or when its last renewal is older than
+/// `--leader-elect-renew-deadline` (renewals failing, or hanging). The leader then stops before
+/// a standby may take over at the lease's expiry.
+pub(crate) fn hold(manager: LeaseManager, client: Client, config: &ElectionConfig) -> Held {
     let (lost_tx, lost) = oneshot::channel();
     let release = CancellationToken::new();
     let stop = release.clone();
-    let renew_deadline = config.renew_deadline;
-    let retry_period = config.retry_period;
+    let config = config.clone();
     let task = AbortOnDropHandle::new(tokio::spawn(async move {
-        let mut failing_since: Option<Instant> = None;
-        loop {
-            let call_started = Instant::now();
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => {
-                    match manager.release().await {
-                        Ok(()) => tracing::info!("released the leader lease"),
-                        Err(e) => tracing::warn!(error = %e, "could not release the leader lease"),
-                    }
-                    return;
-                }
-                result = manager.changed() => match result {
-                    Ok(true) => failing_since = None,
-                    Ok(false) => {
-                        let _ = lost_tx.send("another process holds the lease".to_owned());
-                        return;
-                    }
-                    Err(e) => {
-                        // A renewal failed. If the previous call ran longer than two retry
-                        // periods, at least one renewal succeeded since the last failure.
-                        if failing_since.is_none() || call_started.elapsed() > retry_period * 2 {
-                            failing_since = Some(call_started);
+        let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+        let outcome: Option<String> = {
+            let renewer = renew(&manager, config.retry_period);
+            tokio::pin!(renewer);
+            let mut tick = tokio::time::interval(config.retry_period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut last_renew = SystemTime::now();
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stop.cancelled() => break None,
+                    reason = &mut renewer => break Some(reason),
+                    _ = tick.tick() => {
+                        if let Ok(Ok(lease)) =
+                            tokio::time::timeout(config.retry_period, api.get(&config.name)).await
+                        {
+                            let spec = lease.spec.unwrap_or_default();
+                            if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+                                break Some(format!(
+                                    "the lease is now held by {:?}",
+                                    spec.holder_identity.unwrap_or_default()
+                                ));
+                            }
+                            if let Some(renewed) = spec.renew_time {
+                                last_renew = SystemTime::from(renewed.0);
+                            }
                         }
-                        let since = failing_since.unwrap_or(call_started);
-                        if since.elapsed() >= renew_deadline {
-                            let _ = lost_tx.send(format!(
-                                "could not renew the lease within --leader-elect-renew-deadline: {e}"
+                        let age = SystemTime::now()
+                            .duration_since(last_renew)
+                            .unwrap_or(Duration::ZERO);
+                        if age > config.renew_deadline {
+                            break Some(format!(
+                                "the lease was not renewed within --leader-elect-renew-deadline ({})",
+                                format_go_duration(config.renew_deadline)
                             ));
-                            return;
-                        }
-                        tracing::warn!(error = %e, "renewing the leader lease failed; retrying");
-                        tokio::select! {
-                            () = stop.cancelled() => {}
-                            () = tokio::time::sleep(retry_period) => {}
                         }
                     }
-                },
+                }
             }
+        };
+        match outcome {
+            Some(reason) => {
+                let _ = lost_tx.send(reason);
+            }
+            None => match tokio::time::timeout(
+                config.retry_period.max(Duration::from_secs(5)),
+                manager.release(),
+            )
+            .await
+            {
+                Ok(Ok(())) => tracing::info!("released the leader lease"),
+                Ok(Err(e)) => tracing::warn!(error = %e, "could not release the leader lease"),
+                Err(_) => tracing::warn!("releasing the leader lease timed out"),
+            },
         }
     }));
     Held {

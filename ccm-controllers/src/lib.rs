@@ -24,7 +24,8 @@
 //! [`run()`] parses Go-compatible flags ([`options`]), sets up logging (`-v`, `--log-format`),
 //! reads `--cloud-config`, builds the provider named by `--cloud-provider`, wraps it in the
 //! cloud-call budget ([`budget`]), builds the Kubernetes client ([`client`]), serves `/healthz`,
-//! `/livez`, `/readyz` and `/metrics` ([`serving`]), elects a leader ([`leader`]) and, while
+//! `/livez`, `/readyz` and `/metrics` ([`serving`]) over HTTPS with delegated authentication
+//! ([`secure_serving`]), elects a leader ([`leader`]) and, while
 //! leading, runs the enabled controllers until SIGTERM/SIGINT; it returns the exit code.
 //! [`Builder`] adds the vendor's own flags (flattened clap `Args`), its own controllers (which get
 //! the same [`ControllerContext`]) and changed defaults, without forking.

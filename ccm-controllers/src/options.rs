@@ -15,7 +15,6 @@
 //! |---|---|---|---|
 //! | `--concurrent-node-syncs` | 1 | 100 | 1000 nodes at 100 ms per cloud call initialise in about 1 s instead of 100 s |
 //! | `--concurrent-service-syncs` | 1 | 10 | one worker makes many load balancers take half an hour to converge |
-//! | `--bind-address` | `0.0.0.0` | `127.0.0.1` | serving is plain HTTP without authentication until TLS lands |
 //! | zero workers | accepted (nothing runs) | rejected | a silent no-op configuration |
 //!
 //! New flags (no Go counterpart): `--node-deletion-grace-period`, `--node-sync-window`,
@@ -26,12 +25,13 @@
 //! them, with a warning saying why they have no effect ([`Options::warnings`]), or rejected when
 //! ignoring them would be unsafe ([`Options::validate`]); never silently ignored.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use ipnet::IpNet;
+
+use crate::secure_serving::SecureServingArgs;
 
 /// Parses a Go duration (`time.ParseDuration`): an optional sign, then one or more
 /// `<number><unit>` pairs with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h` and optional fractions
@@ -102,6 +102,11 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
         return Err(format!("{input:?} is negative; durations must be >= 0"));
     }
     Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {input:?}: {e}"))
+}
+
+/// A path flag; empty is accepted (and means "not set", as in Go).
+fn parse_path(input: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(input))
 }
 
 /// Formats a duration the way Go prints one (`2m0s`, `1h30m0s`, `500ms`, `0s`).
@@ -193,7 +198,7 @@ pub struct CloudArgs {
     pub cloud_provider: Option<String>,
     /// Path to the provider's configuration file; its bytes are passed to the provider's
     /// factory. An unreadable file stops startup.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
     pub cloud_config: Option<PathBuf>,
     /// Start even though the provider does not tag cloud resources with a cluster ID
     /// (deprecated in Go, still honoured).
@@ -206,7 +211,7 @@ pub struct CloudArgs {
 pub struct KubeArgs {
     /// Path to a kubeconfig file. Without it and without `--master`, the in-cluster
     /// configuration is used (then `$KUBECONFIG` / `~/.kube/config`).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_path)]
     pub kubeconfig: Option<PathBuf>,
     /// The API server's address; overrides the kubeconfig's server.
     #[arg(long, value_name = "URL")]
@@ -321,17 +326,14 @@ pub struct LeaderElectionArgs {
     pub leader_elect_resource_namespace: String,
 }
 
-/// Health and metrics serving.
+/// Health and metrics serving, and shutdown.
 #[derive(Args, Clone, Debug)]
 pub struct ServingArgs {
-    /// Address to serve `/healthz`, `/livez`, `/readyz` and `/metrics` on. Go's default is
-    /// 0.0.0.0 with HTTPS and delegated authentication; until TLS lands this serves plain HTTP
-    /// and therefore defaults to loopback.
-    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
-    pub bind_address: IpAddr,
-    /// Port to serve on (plain HTTP for now); 0 disables serving.
-    #[arg(long, default_value_t = 10258, value_name = "PORT")]
-    pub secure_port: u16,
+    /// HTTPS serving of `/healthz`, `/livez`, `/readyz` and `/metrics` with delegated
+    /// authentication and authorization (`--bind-address`, `--secure-port`, `--tls-*`,
+    /// `--authentication-*`, `--authorization-*`, `--client-ca-file`, `--cert-dir`), as Go's.
+    #[command(flatten)]
+    pub secure: SecureServingArgs,
     /// On SIGTERM/SIGINT, how long to wait for in-flight reconciles and cloud calls before the
     /// lease is released and the process exits.
     #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
@@ -394,12 +396,6 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: no feature gates; behaviour is documented per flag.
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
-    /// Accepted with a warning: serving has no delegated authentication yet (bind to loopback).
-    #[arg(long, value_name = "PATH")]
-    pub authentication_kubeconfig: Option<PathBuf>,
-    /// Accepted with a warning: serving has no delegated authorization yet (bind to loopback).
-    #[arg(long, value_name = "PATH")]
-    pub authorization_kubeconfig: Option<PathBuf>,
     /// `true` is rejected: per-controller service accounts are not implemented.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub use_service_account_credentials: Option<bool>,
@@ -409,15 +405,6 @@ pub struct GoCompatArgs {
     /// Rejected: leader migration is not implemented.
     #[arg(long, value_name = "PATH")]
     pub leader_migration_config: Option<PathBuf>,
-    /// Rejected: serving is plain HTTP until TLS lands.
-    #[arg(long, value_name = "DIR")]
-    pub cert_dir: Option<PathBuf>,
-    /// Rejected: serving is plain HTTP until TLS lands.
-    #[arg(long, value_name = "PATH")]
-    pub tls_cert_file: Option<PathBuf>,
-    /// Rejected: serving is plain HTTP until TLS lands.
-    #[arg(long, value_name = "PATH")]
-    pub tls_private_key_file: Option<PathBuf>,
     /// Rejected when non-empty: admission webhooks are not implemented.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub webhooks: Vec<String>,
@@ -603,21 +590,6 @@ impl Options {
                 "leader migration is not implemented",
             ));
         }
-        for (flag, set) in [
-            ("cert-dir", compat.cert_dir.is_some()),
-            ("tls-cert-file", compat.tls_cert_file.is_some()),
-            (
-                "tls-private-key-file",
-                compat.tls_private_key_file.is_some(),
-            ),
-        ] {
-            if set {
-                errors.push(flag_error(
-                    flag,
-                    "TLS serving is not implemented yet: /healthz, /readyz and /metrics are served over plain HTTP on --bind-address:--secure-port (default 127.0.0.1); remove the flag or put a TLS proxy in front",
-                ));
-            }
-        }
         if compat.webhooks.iter().any(|w| !w.is_empty()) {
             errors.push(flag_error(
                 "webhooks",
@@ -682,16 +654,6 @@ impl Options {
             "there are no feature gates; watch-based route reconciliation is always on",
         );
         note(
-            c.authentication_kubeconfig.is_some(),
-            "authentication-kubeconfig",
-            "serving has no delegated authentication yet; keep --bind-address on loopback",
-        );
-        note(
-            c.authorization_kubeconfig.is_some(),
-            "authorization-kubeconfig",
-            "serving has no delegated authorization yet; keep --bind-address on loopback",
-        );
-        note(
             c.use_service_account_credentials == Some(false),
             "use-service-account-credentials",
             "false is the only supported value (already the behaviour)",
@@ -706,12 +668,6 @@ impl Options {
         }
         if !self.leader_election.leader_elect {
             w.push("--leader-elect=false: run a single replica, two replicas would both run every controller".to_owned());
-        }
-        if !self.serving.bind_address.is_loopback() && self.serving.secure_port != 0 {
-            w.push(format!(
-                "--bind-address={}: /metrics and health are served over plain HTTP without authentication",
-                self.serving.bind_address
-            ));
         }
         w
     }

@@ -16,7 +16,6 @@
 use std::any::Any;
 use std::ffi::OsString;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -41,6 +40,7 @@ use crate::error::ControllerError;
 use crate::leader::{self, ElectionConfig, LeaderState};
 use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::options::{LogFormat, LoggingArgs, Options, format_go_duration};
+use crate::secure_serving;
 use crate::serving::{self, Health};
 
 /// The future a controller's start function returns.
@@ -319,8 +319,8 @@ where
         self
     }
 
-    /// Serves health and metrics on this listener instead of binding
-    /// `--bind-address:--secure-port` (for embedding and tests).
+    /// Serves health and metrics (HTTPS, as configured by the serving flags) on this listener
+    /// instead of binding `--bind-address:--secure-port` (for embedding and tests).
     pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
         self.listener = Some(listener);
         self
@@ -439,6 +439,20 @@ where
             }
             return Err(Exit(1));
         }
+        let mut names: Vec<&str> = self
+            .controllers
+            .iter()
+            .flat_map(|e| {
+                std::iter::once(e.name.as_str()).chain(e.aliases.iter().map(String::as_str))
+            })
+            .collect();
+        names.sort_unstable();
+        if let Some(dup) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(fail(format_args!(
+                "controller name or alias {:?} is registered twice; give each controller unique names",
+                dup[0]
+            )));
+        }
         let known: Vec<KnownController> = self
             .controllers
             .iter()
@@ -464,9 +478,22 @@ where
 
         // 4. The provider.
         let provider = match self.provider.take() {
-            Some(p) => p,
+            Some(p) => {
+                if options.cloud.cloud_config.is_some() {
+                    tracing::warn!(
+                        "--cloud-config is not read: the provider was given to Builder::provider"
+                    );
+                }
+                p
+            }
             None => {
-                let cloud_config = match &options.cloud.cloud_config {
+                // An empty `--cloud-config=` means none, as in Go.
+                let cloud_config = match options
+                    .cloud
+                    .cloud_config
+                    .as_ref()
+                    .filter(|p| !p.as_os_str().is_empty())
+                {
                     Some(path) => Some(std::fs::read(path).map_err(|e| {
                         fail(format_args!(
                             "invalid value for --cloud-config: cannot read {}: {e}",
@@ -535,36 +562,37 @@ where
             LeaderState::Disabled
         });
         let serve_stop = CancellationToken::new();
-        let listener = match self.listener.take() {
-            Some(l) => Some(
-                l.set_nonblocking(true)
+        // Stops the server also when this future is dropped (a "killed" runtime).
+        let _serve_guard = serve_stop.clone().drop_guard();
+        let router = serving::router(health.clone(), metrics.clone());
+        let secure = &options.serving.secure;
+        let server = match self.listener.take() {
+            Some(l) => {
+                let listener = l
+                    .set_nonblocking(true)
                     .and_then(|()| tokio::net::TcpListener::from_std(l))
-                    .map_err(|e| fail(format_args!("cannot use the given listener: {e}")))?,
-            ),
-            None if options.serving.secure_port == 0 => None,
-            None => {
-                let addr =
-                    SocketAddr::new(options.serving.bind_address, options.serving.secure_port);
-                Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    .map_err(|e| fail(format_args!("cannot use the given listener: {e}")))?;
+                Some(
+                    secure_serving::serve_on(
+                        listener,
+                        router,
+                        secure,
+                        client.clone(),
+                        serve_stop.clone(),
+                    )
+                    .await
+                    .map_err(|e| fail(format_args!("serving /healthz and /metrics: {e}")))?,
+                )
+            }
+            None => secure_serving::serve(router, secure, client.clone(), serve_stop.clone())
+                .await
+                .map_err(|e| {
                     fail(format_args!(
-                        "cannot listen on --bind-address={} --secure-port={}: {e}",
-                        options.serving.bind_address, options.serving.secure_port
+                        "serving on --bind-address={} --secure-port={}: {e}",
+                        secure.bind_address, secure.secure_port
                     ))
-                })?)
-            }
+                })?,
         };
-        let server = listener.map(|listener| {
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(%addr, "serving /healthz, /livez, /readyz and /metrics over HTTP");
-            }
-            let router = serving::router(health.clone(), metrics.clone());
-            let stop = serve_stop.clone();
-            AbortOnDropHandle::new(tokio::spawn(async move {
-                if let Err(e) = serving::serve(listener, router, stop).await {
-                    tracing::error!("serving health and metrics failed: {e}");
-                }
-            }))
-        });
 
         // 8. Shutdown signal.
         let shutdown = CancellationToken::new();
@@ -616,7 +644,7 @@ where
                     tracing::info!(identity = %config.identity, "became the leader");
                     health.leader.send_replace(LeaderState::Leading);
                     master_status.get_or_create(&lease).set(1);
-                    let mut held = leader::hold(manager, &config);
+                    let mut held = leader::hold(manager, env.client.clone(), &config);
                     let outcome = env.lead(&shutdown, Some(&mut held.lost)).await;
                     match outcome {
                         Lead::Lost(reason) => {
@@ -646,7 +674,8 @@ where
         let _ = signal_task.await;
         serve_stop.cancel();
         if let Some(server) = server {
-            let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+            // The server drains open connections for at most ten seconds.
+            let _ = tokio::time::timeout(Duration::from_secs(15), server.wait()).await;
         }
         tracing::info!(code, "cloud-controller-manager stopped");
         Ok(code)

@@ -6,8 +6,10 @@
 //!   reason otherwise, and from the moment shutdown starts.
 //! - `/metrics`: the registry in OpenMetrics text format.
 //!
-//! Go serves HTTPS with delegated authentication on 10258 and has no `/readyz` or `/livez`.
-//! Until TLS lands this serves plain HTTP, and `--bind-address` defaults to 127.0.0.1.
+//! The router is served over HTTPS with delegated authentication and authorization by
+//! [`secure_serving`](crate::secure_serving) on `--bind-address:--secure-port` (Go's 10258);
+//! the probes are in `--authorization-always-allow-paths` by default. Go has no `/readyz` or
+//! `/livez`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,7 +20,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::leader::LeaderState;
 use crate::metrics::MetricsRegistry;
@@ -124,13 +125,49 @@ pub fn router(health: Arc<Health>, registry: Arc<MetricsRegistry>) -> Router {
         })
 }
 
-/// Serves `router` on `listener` until `stop` fires.
-pub(crate) async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    stop: CancellationToken,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_per_state() {
+        let cases = [
+            // (state, synced, shutting down) -> (live, ready)
+            (LeaderState::Disabled, false, false, true, false),
+            (LeaderState::Disabled, true, false, true, true),
+            (LeaderState::Leading, false, false, true, false),
+            (LeaderState::Leading, true, false, true, true),
+            (
+                LeaderState::Standby { healthy: true },
+                false,
+                false,
+                true,
+                true,
+            ),
+            (
+                LeaderState::Standby { healthy: false },
+                false,
+                false,
+                true,
+                false,
+            ),
+            (LeaderState::Lost, true, false, false, false),
+            (LeaderState::Leading, true, true, true, false),
+        ];
+        for (state, synced, stopping, live, ready) in cases {
+            let h = Health::new(state);
+            h.synced.store(synced, Ordering::SeqCst);
+            h.shutting_down.store(stopping, Ordering::SeqCst);
+            assert_eq!(
+                h.live().0,
+                live,
+                "{state:?} synced={synced} stopping={stopping}"
+            );
+            assert_eq!(
+                h.ready().0,
+                ready,
+                "{state:?} synced={synced} stopping={stopping}"
+            );
+        }
+    }
 }

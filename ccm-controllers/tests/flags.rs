@@ -62,8 +62,16 @@ fn defaults_match_go_or_are_documented() {
     assert_eq!(le.leader_elect_resource_lock, "leases");
     assert_eq!(le.leader_elect_resource_name, "cloud-controller-manager");
     assert_eq!(le.leader_elect_resource_namespace, "kube-system");
-    assert_eq!(o.serving.bind_address, IpAddr::V4(Ipv4Addr::LOCALHOST));
-    assert_eq!(o.serving.secure_port, 10258);
+    // Go's serving defaults (HTTPS with delegated authn/authz).
+    assert_eq!(
+        o.serving.secure.bind_address,
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    );
+    assert_eq!(o.serving.secure.secure_port, 10258);
+    assert_eq!(
+        o.serving.secure.authorization_always_allow_paths,
+        ["/healthz", "/readyz", "/livez"]
+    );
     assert_eq!(o.serving.shutdown_grace_period, secs(30));
     assert_eq!(o.budget.cloud_api_qps, None);
     assert_eq!(o.budget.cloud_api_burst, None);
@@ -183,13 +191,15 @@ fn every_flag_in_go_syntax() {
             o.leader_election.leader_elect_resource_namespace == "acme"
         }),
         (&["--bind-address=0.0.0.0"], |o| {
-            o.serving.bind_address.is_unspecified()
+            o.serving.secure.bind_address.is_unspecified()
         }),
         (&["--bind-address=::1"], |o| {
-            o.serving.bind_address.is_ipv6()
+            o.serving.secure.bind_address.is_ipv6()
         }),
-        (&["--secure-port=0"], |o| o.serving.secure_port == 0),
-        (&["--secure-port=8443"], |o| o.serving.secure_port == 8443),
+        (&["--secure-port=0"], |o| o.serving.secure.secure_port == 0),
+        (&["--secure-port=8443"], |o| {
+            o.serving.secure.secure_port == 8443
+        }),
         (&["--shutdown-grace-period=45s"], |o| {
             o.serving.shutdown_grace_period == secs(45)
         }),
@@ -267,16 +277,6 @@ fn every_flag_in_go_syntax() {
                     .any(|w| w.starts_with("--feature-gates has no effect"))
             },
         ),
-        (&["--authentication-kubeconfig=/a"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--authentication-kubeconfig has no effect"))
-        }),
-        (&["--authorization-kubeconfig=/a"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--authorization-kubeconfig has no effect"))
-        }),
         (&["--use-service-account-credentials=false"], |o| {
             o.warnings()
                 .iter()
@@ -297,10 +297,32 @@ fn every_flag_in_go_syntax() {
                 .iter()
                 .any(|w| w.starts_with("--leader-elect=false: run a single replica"))
         }),
-        (&["--bind-address=0.0.0.0"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.contains("plain HTTP without authentication"))
+        // Serving flags (HTTPS with delegated authn/authz; tested in secure_serving.rs).
+        (
+            &["--tls-cert-file=/c.pem", "--tls-private-key-file=/k.pem"],
+            |o| {
+                o.serving.secure.tls_cert_file.as_deref() == Some("/c.pem".as_ref())
+                    && o.serving.secure.tls_private_key_file.as_deref() == Some("/k.pem".as_ref())
+            },
+        ),
+        (&["--cert-dir=/certs"], |o| {
+            o.serving.secure.cert_dir.as_deref() == Some("/certs".as_ref())
+        }),
+        (&["--authentication-kubeconfig=/a"], |o| {
+            o.serving.secure.authentication_kubeconfig.is_some()
+        }),
+        (&["--authorization-kubeconfig=/a"], |o| {
+            o.serving.secure.authorization_kubeconfig.is_some()
+        }),
+        (&["--authentication-skip-lookup"], |o| {
+            o.serving.secure.authentication_skip_lookup
+        }),
+        (
+            &["--authorization-always-allow-paths=/healthz,/metrics"],
+            |o| o.serving.secure.authorization_always_allow_paths == ["/healthz", "/metrics"],
+        ),
+        (&["--client-ca-file=/ca.pem"], |o| {
+            o.serving.secure.client_ca_file.is_some()
         }),
     ];
     for (args, check) in cases {
@@ -499,18 +521,6 @@ fn invalid_values_fail_validation_with_the_flag_named() {
         (
             &["--leader-migration-config=/m.yaml"],
             "invalid value for --leader-migration-config",
-        ),
-        (
-            &["--cert-dir=/certs"],
-            "invalid value for --cert-dir: TLS serving is not implemented yet",
-        ),
-        (
-            &["--tls-cert-file=/c.pem"],
-            "invalid value for --tls-cert-file: TLS serving is not implemented yet",
-        ),
-        (
-            &["--tls-private-key-file=/k.pem"],
-            "invalid value for --tls-private-key-file: TLS serving",
         ),
         (
             &["--webhooks=*"],

@@ -26,7 +26,6 @@ use ccm_core::{
     BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, LoadBalancer,
     LoadBalancerStatus, Node, Route, Routes, Service,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -68,11 +67,23 @@ fn logged(needle: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // A minimal API server: empty Node and Service lists, watches that stay open.
 
+/// User agents the fake API server saw.
+fn user_agents() -> &'static Mutex<Vec<String>> {
+    static AGENTS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    AGENTS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
 async fn fake_api_server() -> String {
     async fn list_or_watch(
         Query(q): Query<BTreeMap<String, String>>,
         req: Request,
     ) -> axum::response::Response {
+        if let Some(agent) = req.headers().get("user-agent") {
+            user_agents()
+                .lock()
+                .unwrap()
+                .push(agent.to_str().unwrap().to_owned());
+        }
         if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
             let stream = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();
             return axum::response::Response::builder()
@@ -102,17 +113,23 @@ async fn fake_api_server() -> String {
     url
 }
 
-/// GET `path` over plain HTTP/1.1; returns (status, body).
+/// GET `https://<addr><path>` (the server's certificate is self-signed); returns (status, body),
+/// status 0 when the server cannot be reached.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
+    let client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .danger_accept_invalid_certs(true)
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    match client.get(format!("https://{addr}{path}")).send().await {
+        Ok(resp) => (
+            resp.status().as_u16(),
+            resp.text().await.unwrap_or_default(),
+        ),
+        Err(_) => (0, String::new()),
+    }
 }
 
 fn free_listener() -> (std::net::TcpListener, std::net::SocketAddr) {
@@ -336,6 +353,17 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
         ),
         (
             vec!["--cloud-provider=runtime-test", UNREACHABLE],
+            Builder::new()
+                .controller_entry(
+                    ControllerEntry::new("acme-a", |_, _| async { Ok(()) }).alias("acme"),
+                )
+                .controller_entry(
+                    ControllerEntry::new("acme-b", |_, _| async { Ok(()) }).alias("acme"),
+                ),
+            "controller name or alias \"acme\" is registered twice",
+        ),
+        (
+            vec!["--cloud-provider=runtime-test", UNREACHABLE],
             Builder::new().default_value("no-such-flag", "1"),
             "Builder::default_value: there is no flag --no-such-flag",
         ),
@@ -384,6 +412,8 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
     ];
     let cases: Vec<(Vec<&str>, Builder)> = vec![
         (vec![], Builder::new()),
+        // Empty values mean "not set", as in Go.
+        (vec!["--cloud-config=", "--kubeconfig="], Builder::new()),
         (
             vec![&untagged_flag, "--allow-untagged-cloud"],
             Builder::new(),
@@ -517,6 +547,7 @@ async fn serving_metrics_and_vendor_controllers() {
     let builder = Builder::new()
         .with_args::<AcmeArgs>()
         .provider(cloud.clone())
+        .version("1.2.3-acme")
         .listener(listener)
         .default_value("concurrent-service-syncs", "3")
         .controller_with_args("acme-poller", move |ctx: ControllerContext, args| {
@@ -555,6 +586,8 @@ async fn serving_metrics_and_vendor_controllers() {
             "ccm",
             &master,
             "--leader-elect=false",
+            "--authentication-skip-lookup",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             "--acme-calls=3",
             "--cloud-api-qps=1000",
         ])
@@ -569,7 +602,11 @@ async fn serving_metrics_and_vendor_controllers() {
     );
     assert_eq!(http_get(addr, "/healthz").await, (200, "ok".to_owned()));
     assert_eq!(http_get(addr, "/livez").await, (200, "ok".to_owned()));
-    assert_eq!(http_get(addr, "/nope").await.0, 404);
+    assert_eq!(
+        http_get(addr, "/nope").await.0,
+        401,
+        "other paths need credentials"
+    );
 
     // The controller runs; poke it and watch the cloud counters move.
     poke_tx.send(()).unwrap();
@@ -621,12 +658,46 @@ async fn serving_metrics_and_vendor_controllers() {
         "the two informer lists are counted: {body}"
     );
     assert_eq!(cloud.completed.load(Ordering::SeqCst), 12);
+    assert!(
+        user_agents()
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|a| a == "cloud-controller-manager/1.2.3-acme"),
+        "user agent: {:?}",
+        user_agents().lock().unwrap()
+    );
 
     stop_tx.send(()).unwrap();
     assert_eq!(runtime.await.unwrap(), 0);
     assert!(logged(
         "skipping controller: acme-missing: the cloud provider does not support load_balancer"
     ));
+}
+
+#[tokio::test]
+async fn metrics_need_authentication_by_default_probes_do_not() {
+    logs();
+    let api = fake_api_server().await;
+    let (listener, addr) = free_listener();
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let master = format!("--master={api}");
+    let runtime = tokio::spawn(
+        Builder::new()
+            .provider(Arc::new(TestCloud::default()))
+            .listener(listener)
+            .args(["ccm", &master, NO_ELECTION, "--authentication-skip-lookup"])
+            .shutdown_signal(async {
+                let _ = stop_rx.await;
+            })
+            .run_async(),
+    );
+    assert!(eventually(|| async { http_get(addr, "/readyz").await.0 == 200 }).await);
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(addr, "/livez").await.0, 200);
+    assert_eq!(http_get(addr, "/metrics").await.0, 401, "no token");
+    stop_tx.send(()).unwrap();
+    assert_eq!(runtime.await.unwrap(), 0);
 }
 
 #[tokio::test]

@@ -824,6 +824,70 @@ mod tests {
     }
 
     #[test]
+    fn address_change_updates_every_family_of_a_dual_stack_node() {
+        let n = node("a", &["10.244.1.0/24", "fd00:10:244:1::/64"]);
+        let stale = |cidr: &str| {
+            let mut r = route("a", cidr);
+            r.enable_node_addresses = true;
+            r.target_node_addresses = vec![addr("InternalIP", "10.9.9.9")];
+            r
+        };
+        let p = plan(
+            std::slice::from_ref(&n),
+            &[stale("10.244.1.0/24"), stale("fd00:10:244:1::/64")],
+            &dual(),
+        );
+        assert_eq!(p.deletes.len(), 2);
+        assert_eq!(p.creates.len(), 2);
+        assert!(p.deletes_before_creates);
+        assert!(
+            p.nodes["a"]
+                .cidrs
+                .values()
+                .all(|a| *a == RouteAction::Update)
+        );
+    }
+
+    #[test]
+    fn unparsable_pod_cidr_is_still_attempted_and_matched_by_text() {
+        // Go creates a route for whatever the Node says; the provider rejects it, the create
+        // fails, and the Node is NoRouteCreated.
+        let p = plan(&[node("a", &["not-a-cidr"])], &[], &v4());
+        assert_eq!(create_cidrs(&p), [("a".into(), "not-a-cidr".into())]);
+        let failed: HashSet<RouteKey> = [RouteKey::new("a", "not-a-cidr")].into();
+        assert_eq!(
+            condition_updates(&p, &failed),
+            [("a".to_owned(), DesiredCondition::NO_ROUTE_CREATED)]
+        );
+        // A listed route with the same text counts as the Node's route (never deleted: it
+        // is not inside any cluster CIDR).
+        let p = plan(
+            &[node("a", &["not-a-cidr"])],
+            &[route("a", "not-a-cidr")],
+            &v4(),
+        );
+        assert!(p.creates.is_empty() && p.deletes.is_empty());
+    }
+
+    #[test]
+    fn ipv6_only_cluster() {
+        let cc: Vec<IpNet> = vec!["fd00:10:244::/56".parse().unwrap()];
+        let p = plan(
+            &[node("a", &["fd00:10:244:1::/64"])],
+            &[
+                route("gone", "fd00:10:244:2::/64"),
+                route("x", "10.244.1.0/24"),
+            ],
+            &cc,
+        );
+        assert_eq!(
+            create_cidrs(&p),
+            [("a".into(), "fd00:10:244:1::/64".into())]
+        );
+        assert_eq!(delete_names(&p), ["r-gone-fd00:10:244:2::/64"]);
+    }
+
+    #[test]
     fn deletes_before_creates_follows_the_first_listed_route_only() {
         let nodes = [node("a", &["10.244.1.0/24"]), node("b", &["10.244.2.0/24"])];
         let mut tracked = route("b", "10.244.2.0/24");
