@@ -10,6 +10,32 @@
 //!
 //! Run with `cargo bench -p ccm-controllers --bench service_lb`. Set `SERVICE_LB_BENCH_QUICK=1`
 //! to run only the default worker count.
+//!
+//! Figures measured on the 2-core development machine (shared with other builds):
+//!
+//! ```text
+//! cloud latency 0 ms per call
+//!   time until all 200 have an ingress, workers= 1:     0.23 s
+//!   time until all 200 have an ingress, workers= 5:     0.44 s
+//!   time until all 200 have an ingress, workers=10:     0.50 s
+//!   time until all 200 have an ingress, workers=20:     0.61 s
+//!   time until all 200 have an ingress, workers=40:     0.56 s
+//!   10 nodes joining one every 2 s (workers=10, window 1 s): 2000 update_load_balancer calls (10.0 per LB), settled 1.27 s after the last join
+//!   20 nodes joining at once: 200 update_load_balancer calls (1.0 per LB), settled 1.21 s after the last join
+//! cloud latency 50 ms per call
+//!   time until all 200 have an ingress, workers= 1:    12.14 s
+//!   time until all 200 have an ingress, workers= 5:     2.56 s
+//!   time until all 200 have an ingress, workers=10:     1.30 s
+//!   time until all 200 have an ingress, workers=20:     0.94 s
+//!   time until all 200 have an ingress, workers=40:     0.53 s
+//!   10 nodes joining one every 2 s (workers=10, window 1 s): 1840 update_load_balancer calls (9.2 per LB), settled 2.17 s after the last join
+//!   20 nodes joining at once: 200 update_load_balancer calls (1.0 per LB), settled 2.11 s after the last join
+//! ```
+//!
+//! Nodes 2 s apart are separate changes (the window is 1 s), so each costs every load balancer
+//! one update, as in Go; Go would run each of those passes on one worker (200 × 50 ms = 10 s
+//! per node, falling behind a node every 2 s) and would spend 20 updates per load balancer on
+//! the burst, which costs 1 here.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -67,6 +67,22 @@ async fn ensure_adds_finalizer_first_then_creates_lb_and_writes_ingress() {
             .filter(|(_, r, _)| r.starts_with("Ensur"))
             .all(|(t, _, _)| t == "Normal")
     );
+    // Reported as Go's event source component.
+    let raw = kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(cluster.client(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let ours: Vec<_> = raw
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+        .collect();
+    assert!(!ours.is_empty());
+    assert!(
+        ours.iter()
+            .all(|e| e.reporting_controller.as_deref() == Some("service-controller")),
+        "{ours:?}"
+    );
 
     if let Some(server) = cluster.api_server() {
         // Every write to the Service went through the status subresource as a patch: the

@@ -358,3 +358,65 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
     running.stop().await.unwrap();
     cluster.cleanup().await;
 }
+
+/// The finalizer is removed by hand and the Service deleted: Go has no delete handler and
+/// leaks the load balancer; here the controller still has a record of it and deletes it.
+#[tokio::test]
+async fn service_deleted_after_its_finalizer_was_removed_by_hand() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let api = services(&cluster, &ns);
+    let running = start(&cluster, fake.provider(), test_config());
+    let name = cluster.unique_name("web");
+    cluster
+        .create(&load_balancer_service(&ns, &name).build())
+        .await;
+    wait_for(&api, &name, TIMEOUT, has_ingress).await.unwrap();
+    strip_finalizers(&api, &name).await;
+    delete(&api, &name).await;
+    wait_for_deletion(&api, &name, TIMEOUT).await.unwrap();
+    assert_no_leaks(&cluster, &fake, &ns).await;
+    assert!(cloud_lbs(&fake, &ns).is_empty());
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// While the controller is down, a Service of ours becomes a ClusterIP and then a LoadBalancer
+/// of another class (`spec.loadBalancerClass` can only be set together with the type). Our
+/// finalizer is still on it, so the new controller deletes our load balancer and removes the
+/// finalizer, and leaves the Service to the other class's controller.
+#[tokio::test]
+async fn service_handed_to_another_class_while_down_is_cleaned_up() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let api = services(&cluster, &ns);
+    let running = start(&cluster, fake.provider(), test_config());
+    let name = cluster.unique_name("web");
+    cluster
+        .create(&load_balancer_service(&ns, &name).build())
+        .await;
+    wait_for(&api, &name, TIMEOUT, has_ingress).await.unwrap();
+    running.stop().await.unwrap();
+    set_type(&api, &name, "ClusterIP").await;
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": "example.com/other"}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let running = start(&cluster, fake.provider(), test_config());
+    let svc = wait_for(&api, &name, TIMEOUT, |s: &Service| {
+        !plan::has_cleanup_finalizer(s)
+    })
+    .await
+    .unwrap();
+    assert!(!plan::wants_load_balancer(&svc));
+    assert!(cloud_lbs(&fake, &ns).is_empty());
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}

@@ -1,6 +1,6 @@
 //! Pure planning for the service controller: which Services are handled, which changes matter,
 //! which Nodes are load-balancer hosts, and what to do with a Service. No I/O here; the async
-//! shell in [`super::sync`] fetches, calls the cloud and writes.
+//! shell in `super::sync` fetches, calls the cloud and writes.
 //!
 //! Each function follows a rule of Go's `k8s.io/cloud-provider/controllers/service`; where
 //! this crate deliberately differs, the function's doc says so.

@@ -74,6 +74,15 @@ impl Progress for Console {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // The CCM runs in this process and would log every step at INFO; the quickstart shows its
+    // own progress instead. Installed first, this subscriber wins over the runtime's (which
+    // keeps an existing one). `RUST_LOG=info` brings the CCM's logs back.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
     let options = PlayOptions {
         nodes: args.nodes,
         services: args.services,
