@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ccm_controllers::ControllerContext;
 use ccm_controllers::ControllerError;
+use ccm_controllers::informer::{self, Informer};
 use ccm_controllers::service::{self, ServiceConfig, plan};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;
@@ -16,6 +17,7 @@ use ccm_testing::wait::eventually;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
+use kube::runtime::watcher;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -300,13 +302,25 @@ pub fn test_config() -> ServiceConfig {
     }
 }
 
-/// Starts the service controller on `cluster` with `cloud`.
+/// Starts the service controller on `cluster` with `cloud`. Its Service informer sees only the
+/// test's namespace `ns`, so on a real cluster (`CCM_TEST_KUBECONFIG`) the controller never
+/// touches anyone else's Services.
 pub fn start(
     cluster: &TestCluster,
+    ns: &str,
     cloud: Arc<dyn CloudProvider>,
     config: ServiceConfig,
 ) -> Running {
-    let (ctx, informers) = ControllerContext::standalone(cluster.client(), cloud, "kubernetes");
+    let (mut ctx, mut informers) =
+        ControllerContext::standalone(cluster.client(), cloud, "kubernetes");
+    let (services, driver) = Informer::new(
+        Api::<Service>::namespaced(cluster.client(), ns),
+        watcher::Config::default(),
+        informer::strip_nothing,
+        ctx.shutdown.clone(),
+    );
+    informers.spawn(driver);
+    ctx.services = services;
     let handle = tokio::spawn(service::run(ctx.clone(), config));
     Running {
         ctx,
@@ -318,11 +332,12 @@ pub fn start(
 /// Starts the controller with a fresh [`Probe`] around `fake`.
 pub fn start_probed(
     cluster: &TestCluster,
+    ns: &str,
     fake: &FakeCloud,
     config: ServiceConfig,
 ) -> (Running, Arc<Probe>) {
     let probe = Probe::new(fake, cluster.client());
-    let running = start(cluster, Arc::new(ProbeProvider(probe.clone())), config);
+    let running = start(cluster, ns, Arc::new(ProbeProvider(probe.clone())), config);
     (running, probe)
 }
 

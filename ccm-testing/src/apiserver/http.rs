@@ -221,6 +221,12 @@ pub(crate) async fn handle(
             p if discovery_resources(p).is_some() => {
                 json_response(200, &discovery_resources(p).unwrap_or_default())
             }
+            p if super::reviews::Reviews::handles(method.as_str(), p) => {
+                match inner.reviews.serve(p, &body) {
+                    Ok(review) => json_response(201, &review),
+                    Err(e) => error_response(&e),
+                }
+            }
             _ => match target {
                 None => error_response(&not_served()),
                 Some(t) => serve(&inner, &method, &t, &query, &headers, &body, watch)

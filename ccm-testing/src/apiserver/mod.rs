@@ -77,7 +77,11 @@
 //! # }
 //! ```
 //!
-//! Known simplifications: no authentication/authorization, no admission beyond namespace
+//! Reviews: `TokenReview` and `SubjectAccessReview` are answered from the tokens and
+//! non-resource rules registered with [`ApiServer::add_token`] and
+//! [`ApiServer::allow_non_resource`] (for components that delegate authn/authz).
+//!
+//! Known simplifications: no authentication/authorization of the requests themselves, no admission beyond namespace
 //! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
 //! followed), `metadata.managedFields` is not reported, `resourceVersionMatch=Exact` lists serve
 //! the current state, and lists within SSA ownership are owned as a whole.
@@ -85,6 +89,7 @@
 mod http;
 mod patch;
 mod resources;
+mod reviews;
 mod selector;
 mod state;
 mod status;
@@ -149,6 +154,8 @@ pub(crate) struct Inner {
     /// Open watch streams per resource (`nodes`, `leases.coordination.k8s.io`, ...).
     open_watches: Mutex<std::collections::BTreeMap<String, usize>>,
     close_tx: tokio::sync::watch::Sender<u64>,
+    /// Tokens and non-resource rules of the TokenReview / SubjectAccessReview endpoints.
+    reviews: reviews::Reviews,
 }
 
 /// Locks a mutex, going on after a panic in another holder (test state stays inspectable).
@@ -250,6 +257,7 @@ impl ApiServer {
             bookmark_interval: Mutex::new(Duration::from_secs(5)),
             open_watches: Mutex::new(std::collections::BTreeMap::new()),
             close_tx,
+            reviews: reviews::Reviews::default(),
         });
         let app = axum::Router::new()
             .fallback(http::handle)
@@ -351,6 +359,22 @@ impl ApiServer {
     /// resourceVersion, or a `continue` token issued before, now gets `410 Gone`.
     pub fn compact(&self) {
         self.inner.state().compact();
+    }
+
+    /// Registers a bearer token for `POST .../tokenreviews`: a TokenReview of `token` answers
+    /// `authenticated: true` with `username` and `groups` (plus `system:authenticated`).
+    /// Tokens not registered are not authenticated.
+    pub fn add_token(&self, token: &str, username: &str, groups: &[&str]) {
+        self.inner.reviews.add_token(token, username, groups);
+    }
+
+    /// Allows `verb` on the non-resource `path` (exact, or a prefix ending in `*`) to the user
+    /// or group `user_or_group` in `POST .../subjectaccessreviews` (`verb` may be `*`).
+    /// Everything not allowed by such a rule is denied.
+    pub fn allow_non_resource(&self, user_or_group: &str, verb: &str, path: &str) {
+        self.inner
+            .reviews
+            .allow_non_resource(user_or_group, verb, path);
     }
 
     /// The current (latest) resourceVersion.
