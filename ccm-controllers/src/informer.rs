@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
@@ -72,6 +73,7 @@ where
 {
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
+    generation: Arc<AtomicU64>,
 }
 
 impl<K> Clone for Informer<K>
@@ -83,6 +85,7 @@ where
         Informer {
             store: self.store.clone(),
             changes: self.changes.clone(),
+            generation: self.generation.clone(),
         }
     }
 }
@@ -136,17 +139,26 @@ where
     {
         let (store, writer) = reflector::store::<K>();
         let (changes, _) = broadcast::channel(DEFAULT_BROADCAST_CAPACITY);
+        let generation = Arc::new(AtomicU64::new(0));
         let informer = Informer {
             store: store.clone(),
             changes: changes.clone(),
+            generation: generation.clone(),
         };
-        let driver = drive(stream, writer, store, changes, strip, shutdown);
+        let driver = drive(stream, writer, store, changes, generation, strip, shutdown);
         (informer, driver)
     }
 
     /// The store. Empty until the first list completed; see [`Informer::wait_until_synced`].
     pub fn store(&self) -> &Store<K> {
         &self.store
+    }
+
+    /// A counter that increases after every change applied to the store (never on a
+    /// re-list that changed nothing). Equal values mean the store's contents did not change in
+    /// between, so a value derived from [`Informer::list`] can be cached under it.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Every object in the store.
@@ -167,7 +179,16 @@ where
     /// Waits until the first list has completed (client-go's `WaitForCacheSync`). Returns
     /// false if the informer stopped before that.
     pub async fn wait_until_synced(&self) -> bool {
-        self.store.wait_until_ready().await.is_ok()
+        // kube's `Store::wait_until_ready` wakes only the waiter that polled last (its
+        // `DelayedInit` sits on a futures oneshot, which keeps a single waker), so with several
+        // controllers waiting at once all but one would hang forever. Re-poll periodically.
+        loop {
+            let wait = self.store.wait_until_ready();
+            match tokio::time::timeout(std::time::Duration::from_millis(50), wait).await {
+                Ok(result) => return result.is_ok(),
+                Err(_elapsed) => continue,
+            }
+        }
     }
 
     /// Subscribes to changes from now on. Subscribe before reading the store, so nothing falls
@@ -184,6 +205,7 @@ async fn drive<K, S>(
     mut writer: reflector::store::Writer<K>,
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
+    generation: Arc<AtomicU64>,
     strip: fn(&mut K),
     shutdown: CancellationToken,
 ) where
@@ -228,6 +250,7 @@ async fn drive<K, S>(
             Event::InitApply(_) => writer.apply_watcher_event(&event),
             Event::InitDone => {
                 writer.apply_watcher_event(&event);
+                generation.fetch_add(1, Ordering::AcqRel);
                 let mut before = before_relist.take().unwrap_or_default();
                 for new in store.state() {
                     let key = ObjectRef::from_obj(new.as_ref());
@@ -247,12 +270,14 @@ async fn drive<K, S>(
                 let key = ObjectRef::from_obj(obj);
                 let old = store.get(&key);
                 writer.apply_watcher_event(&event);
+                generation.fetch_add(1, Ordering::AcqRel);
                 if let Some(new) = store.get(&key) {
                     let _ = changes.send(Change::Applied { old, new });
                 }
             }
             Event::Delete(obj) => {
                 writer.apply_watcher_event(&event);
+                generation.fetch_add(1, Ordering::AcqRel);
                 let _ = changes.send(Change::Deleted(Arc::new(obj.clone())));
             }
         }
@@ -286,6 +311,33 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[tokio::test]
+    async fn several_concurrent_waiters_all_see_the_sync() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let shutdown = CancellationToken::new();
+        let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let informer = informer.clone();
+                tokio::spawn(async move { informer.wait_until_synced().await })
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let task = tokio::spawn(driver);
+        for e in [
+            Event::Init,
+            Event::InitApply(node("a", "1")),
+            Event::InitDone,
+        ] {
+            tx.unbounded_send(Ok(e)).unwrap();
+        }
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+        shutdown.cancel();
+        task.await.unwrap();
     }
 
     #[tokio::test]
@@ -335,6 +387,8 @@ mod tests {
             ]
         );
         assert!(informer.wait_until_synced().await);
+        // Two (re)lists and one Apply changed the store.
+        assert_eq!(informer.generation(), 3);
         assert_eq!(informer.list().len(), 1);
         assert_eq!(
             informer.get("a").unwrap().resource_version().as_deref(),

@@ -534,7 +534,32 @@ async fn server_side_apply_creates_and_detects_conflicts() {
     use k8s_openapi::api::coordination::v1::Lease;
     let s = ApiServer::start().await;
     let leases: Api<Lease> = Api::namespaced(s.client(), "kube-system");
-    let a = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+    // Creating by apply needs the name in the configuration.
+    let nameless = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {"holderIdentity": "a"}});
+    let e = api_err(
+        leases
+            .patch(
+                "ccm",
+                &PatchParams::apply("mgr-a"),
+                &Patch::Apply(&nameless),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    let wrong_kind = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ccm"}});
+    let e = api_err(
+        leases
+            .patch(
+                "ccm",
+                &PatchParams::apply("mgr-a"),
+                &Patch::Apply(&wrong_kind),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    let a = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "ccm"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
     let l = leases
         .patch("ccm", &PatchParams::apply("mgr-a"), &Patch::Apply(&a))
         .await

@@ -778,3 +778,170 @@ async fn open_watches_are_counted() {
     assert!(rest.is_empty());
     drop(st2);
 }
+
+#[tokio::test]
+async fn strategic_merge_patch_directives_over_http() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    let pp = PatchParams::default();
+    // $patch: delete removes one keyed list item.
+    let n = nodes
+        .patch_status(
+            "n1",
+            &pp,
+            &Patch::Strategic(
+                json!({"status": {"conditions": [{"type": "PIDPressure", "$patch": "delete"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let types: Vec<String> = n
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    assert_eq!(types, vec!["MemoryPressure", "DiskPressure", "Ready"]);
+    // $patch: replace replaces the whole keyed list.
+    let n = nodes
+        .patch_status(
+            "n1",
+            &pp,
+            &Patch::Strategic(json!({"status": {"addresses": [{"$patch": "replace"}, {"type": "InternalIP", "address": "10.0.0.9"}]}})),
+        )
+        .await
+        .unwrap();
+    let addrs = n.status.unwrap().addresses.unwrap();
+    assert_eq!(addrs.len(), 1);
+    assert_eq!(addrs[0].address, "10.0.0.9");
+    // $retainKeys keeps only the listed keys of a map.
+    let n = nodes
+        .patch(
+            "n1",
+            &pp,
+            &Patch::Strategic(
+                json!({"metadata": {"labels": {"$retainKeys": ["kubernetes.io/hostname"]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        n.labels().keys().collect::<Vec<_>>(),
+        vec!["kubernetes.io/hostname"]
+    );
+}
+
+#[tokio::test]
+async fn await_condition_uses_a_single_object_watch() {
+    use kube::runtime::wait::{await_condition, conditions};
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    let n = nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    let uid = n.uid().unwrap();
+    let api = nodes.clone();
+    let waiter =
+        tokio::spawn(async move { await_condition(api, "n1", conditions::is_deleted(&uid)).await });
+    ccm_testing::wait::eventually(Duration::from_secs(20), || async {
+        s.open_watches("nodes") == 1
+    })
+    .await;
+    nodes.delete("n1", &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let watch = s
+        .requests()
+        .into_iter()
+        .find(|r| r.verb == "watch")
+        .unwrap();
+    assert!(
+        watch.query.contains("fieldSelector=metadata.name%3Dn1"),
+        "{}",
+        watch.query
+    );
+}
+
+#[tokio::test]
+async fn list_at_an_exact_resource_version() {
+    use kube::api::VersionMatch;
+    let s = ApiServer::start().await;
+    let cms: Api<ConfigMap> = Api::namespaced(s.client(), "default");
+    let a = cms
+        .create(&PostParams::default(), &cm("default", "a", &[("v", "1")]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("default", "b", &[]))
+        .await
+        .unwrap();
+    let at = s.resource_version().to_string();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"v": "2"}}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+    cms.create(&PostParams::default(), &cm("default", "c", &[]))
+        .await
+        .unwrap();
+
+    let then = cms
+        .list(&ListParams::default().at(&at).matching(VersionMatch::Exact))
+        .await
+        .unwrap();
+    assert_eq!(then.metadata.resource_version.as_deref(), Some(at.as_str()));
+    let names: Vec<String> = then.items.iter().map(|c| c.name_any()).collect();
+    assert_eq!(names, vec!["a", "b"]);
+    assert_eq!(then.items[0].labels()["v"], "1");
+    assert_eq!(then.items[0].resource_version(), a.resource_version());
+    let now = cms.list(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = now.items.iter().map(|c| c.name_any()).collect();
+    assert_eq!(names, vec!["a", "c"]);
+    // NotOlderThan an old version serves the latest state.
+    let latest = cms
+        .list(
+            &ListParams::default()
+                .at(&at)
+                .matching(VersionMatch::NotOlderThan),
+        )
+        .await
+        .unwrap();
+    assert_eq!(latest.items.len(), 2);
+    assert_eq!(latest.items[0].labels()["v"], "2");
+    // From the future: 504 (asked without client retries: kube retries 504 by itself);
+    // compacted: 410.
+    let mut cfg = kube::Config::new(s.url().parse().unwrap());
+    cfg.default_retry = false;
+    let no_retry: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(cfg).unwrap(), "default");
+    let future = (s.resource_version() + 10).to_string();
+    let e = api_err(
+        no_retry
+            .list(
+                &ListParams::default()
+                    .at(&future)
+                    .matching(VersionMatch::Exact),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (504, "Timeout"));
+    s.compact();
+    let e = api_err(
+        cms.list(&ListParams::default().at(&at).matching(VersionMatch::Exact))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+}

@@ -142,6 +142,23 @@ async fn reflector_store_follows_the_server() {
         .unwrap()
         .unwrap();
     assert_eq!(store.len(), 3);
+    // The server reports managedFields; the stripped cache has none.
+    assert!(
+        !nodes
+            .get("n0")
+            .await
+            .unwrap()
+            .metadata
+            .managed_fields
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert!(
+        store
+            .state()
+            .iter()
+            .all(|n| n.metadata.managed_fields.as_ref().is_none_or(Vec::is_empty))
+    );
     nodes
         .patch(
             "n1",
@@ -374,4 +391,108 @@ async fn lease_manager_elects_one_leader_and_hands_over() {
     assert!(holder == "a" || holder == "b");
     drop(follower_rx);
     let _ = tokio::time::timeout(T, follower_task).await;
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cleanup failed")]
+struct Never;
+
+#[tokio::test]
+async fn kube_finalizer_helper_adds_and_removes_its_finalizer() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::runtime::finalizer::{Event as Fin, finalizer};
+    let s = ApiServer::start().await;
+    let svcs: Api<Service> = Api::namespaced(s.client(), "default");
+    svcs.create(
+        &PostParams::default(),
+        &ccm_testing::builders::load_balancer_service("default", "web").build(),
+    )
+    .await
+    .unwrap();
+    const F: &str = "service.kubernetes.io/load-balancer-cleanup";
+    // First pass: no finalizers yet, the helper adds one (JSON patch: test null + add).
+    let obj = Arc::new(svcs.get("web").await.unwrap());
+    finalizer(&svcs, F, obj, |_ev| async {
+        Ok::<_, Never>(Action::await_change())
+    })
+    .await
+    .unwrap();
+    let with = svcs.get("web").await.unwrap();
+    assert_eq!(with.finalizers(), &[F.to_string()]);
+    // Deletion: the object stays, the helper runs Cleanup and removes the finalizer.
+    svcs.delete("web", &DeleteParams::default()).await.unwrap();
+    let deleting = Arc::new(svcs.get("web").await.unwrap());
+    let mut cleaned = false;
+    finalizer(&svcs, F, deleting, |ev| {
+        cleaned = matches!(ev, Fin::Cleanup(_));
+        async { Ok::<_, Never>(Action::await_change()) }
+    })
+    .await
+    .unwrap();
+    assert!(cleaned);
+    let e = svcs.get("web").await.unwrap_err();
+    assert!(matches!(e, kube::Error::Api(s) if s.code == 404));
+}
+
+#[tokio::test]
+async fn empty_lists_are_dropped_as_kube_apiserver_does() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    // Remove the only taint with a JSON patch: the list disappears rather than staying [].
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "remove", "path": "/spec/taints/0"}
+    ]))
+    .unwrap();
+    let n = nodes
+        .patch("n1", &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+        .unwrap();
+    assert!(n.spec.as_ref().unwrap().taints.is_none());
+    let n = nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": null}, "spec": {"podCIDRs": []}})),
+        )
+        .await
+        .unwrap();
+    assert!(n.metadata.annotations.is_none());
+    assert!(n.spec.unwrap().pod_cidrs.is_none());
+}
+
+#[tokio::test]
+async fn an_injected_watch_expiry_makes_the_watcher_relist() {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    nodes
+        .create(&PostParams::default(), &kubelet_node("n1").build())
+        .await
+        .unwrap();
+    s.fail_next("watch", "nodes", 1, 410, None);
+    let mut w = watcher(nodes.clone(), watcher::Config::default()).boxed();
+    let mut gone = false;
+    let mut init_done = 0;
+    while init_done < 2 {
+        match tokio::time::timeout(T, w.next()).await.unwrap().unwrap() {
+            Ok(WEvent::InitDone) => init_done += 1,
+            Ok(_) => {}
+            Err(watcher::Error::WatchError(e)) => {
+                assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+                gone = true;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(gone);
+    let log = s.requests();
+    let expired = log.iter().find(|r| r.verb == "watch").unwrap();
+    assert_eq!(
+        expired.status, 200,
+        "an expired watch is a 200 stream with an ERROR event"
+    );
+    assert_eq!(log.iter().filter(|r| r.verb == "list").count(), 2);
 }

@@ -50,7 +50,7 @@ pub const EVENT_COMPONENT: &str = "cloud-node-controller";
 /// The name of its work queue (Go's; the `name` label of the work-queue metrics).
 pub const QUEUE_NAME: &str = "Nodes";
 /// Default of `--concurrent-node-syncs`. With 100 workers, 1,000 nodes registering together at
-/// 100 ms per cloud call initialise in about 1.5 s on the in-process API server (see
+/// 100 ms per cloud call initialise in about 1.7 s on the in-process API server (see
 /// `benches/node_init.rs`); Go's default of 1 takes over 100 s.
 pub const DEFAULT_WORKERS: usize = 100;
 

@@ -37,8 +37,9 @@ struct Entry {
     /// `None` once cleaned up. Used to delete the load balancer of a Service that vanished or
     /// was re-created under the same name.
     handled: Option<Arc<Service>>,
-    /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`).
-    last_hosts: Option<Vec<HostKey>>,
+    /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`). Shared
+    /// with every other Service synced against the same host set (see [`HostSet`]).
+    last_hosts: Option<Arc<[HostKey]>>,
 }
 
 impl Entry {
@@ -74,6 +75,23 @@ struct Shared {
     recorder: EventRecorder,
     metrics: ServiceMetrics,
     entries: Mutex<HashMap<String, EntryLock>>,
+    /// The eligible hosts, built once per change of the Node store (see [`HostSet`]).
+    host_set: Mutex<Option<HostSet>>,
+}
+
+/// The eligible hosts at one generation of the Node informer, built once and shared by every
+/// load balancer synced while the Nodes do not change.
+///
+/// The provider takes `&[Node]`, and the store holds `Arc<Node>`: cloning every eligible Node
+/// for every `ensure_load_balancer`/`update_load_balancer` call cost 5 million Node clones (and
+/// 1.4 GB of resident memory) to ensure 1,000 load balancers over 5,000 Nodes
+/// (`docs/performance.md`, steady). Here the clone happens once per host-set change, and the
+/// host keys every Service remembers are one shared `Arc<[HostKey]>` while the set is the same.
+#[derive(Clone)]
+struct HostSet {
+    generation: u64,
+    nodes: Arc<Vec<Node>>,
+    keys: Arc<[HostKey]>,
 }
 
 fn key_of(service: &Service) -> String {
@@ -128,6 +146,7 @@ pub(super) async fn run(
         recorder: ctx.recorder(EVENT_COMPONENT),
         metrics,
         entries: Mutex::new(HashMap::new()),
+        host_set: Mutex::new(None),
         config,
         ctx,
     });
@@ -318,10 +337,33 @@ impl Shared {
         Api::namespaced(self.ctx.client.clone(), namespace)
     }
 
-    fn eligible_hosts(&self) -> (Vec<Arc<Node>>, Vec<HostKey>) {
+    /// The eligible hosts and their keys, rebuilt only when the Node store changed.
+    fn eligible_hosts(&self) -> HostSet {
+        // Read the generation before the store: a change landing in between makes the next
+        // call rebuild, never serves stale hosts under a newer generation.
+        let generation = self.ctx.nodes.generation();
+        let previous = self
+            .host_set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(set) = previous.as_ref().filter(|s| s.generation == generation) {
+            return set.clone();
+        }
         let hosts = plan::eligible_hosts(&self.ctx.nodes.list());
         let keys = plan::host_keys(&hosts);
-        (hosts, keys)
+        // Keep sharing the previous key list when only irrelevant fields of Nodes changed.
+        let keys: Arc<[HostKey]> = match previous {
+            Some(p) if *p.keys == *keys => p.keys,
+            _ => keys.into(),
+        };
+        let set = HostSet {
+            generation,
+            nodes: Arc::new(owned(&hosts)),
+            keys,
+        };
+        *self.host_set.lock().unwrap_or_else(|e| e.into_inner()) = Some(set.clone());
+        set
     }
 
     /// The service worker: one full sync of one Service key.
@@ -485,8 +527,8 @@ impl Shared {
                     .await);
             }
         };
-        let (hosts, keys) = self.eligible_hosts();
-        let hosts = owned(&hosts);
+        let host_set = self.eligible_hosts();
+        let hosts: &[Node] = &host_set.nodes;
         if hosts.is_empty() {
             self.recorder
                 .warning(
@@ -498,9 +540,9 @@ impl Shared {
         }
         // Remembered before the call, as Go does: a node sync compares against what the cloud
         // was last asked for.
-        entry.last_hosts = Some(keys);
+        entry.last_hosts = Some(host_set.keys.clone());
         let status = match lb
-            .ensure_load_balancer(self.cluster(), &service, &hosts)
+            .ensure_load_balancer(self.cluster(), &service, hosts)
             .await
         {
             Ok(status) => status,
@@ -746,16 +788,19 @@ impl Shared {
             return;
         }
         let Some(lb) = self.lb() else { return };
-        let (hosts, keys) = self.eligible_hosts();
-        if plan::nodes_sufficiently_equal(&last, &keys) {
+        let host_set = self.eligible_hosts();
+        if Arc::ptr_eq(&last, &host_set.keys)
+            || plan::nodes_sufficiently_equal(&last, &host_set.keys)
+        {
             return;
         }
-        let hosts = owned(&hosts);
+        let hosts: &[Node] = &host_set.nodes;
+        let keys = host_set.keys.clone();
         entry.last_hosts = Some(keys.clone());
         self.metrics.loadbalancer_sync.inc();
         let started = Instant::now();
         let result = lb
-            .update_load_balancer(self.cluster(), &service, &hosts)
+            .update_load_balancer(self.cluster(), &service, hosts)
             .await;
         ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
         let error = match result {

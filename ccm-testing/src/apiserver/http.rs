@@ -205,7 +205,12 @@ pub(crate) async fn handle(
     }
 
     let resp = if let Some(e) = inner.take_fault(&record) {
-        error_response(&e)
+        if record.verb == "watch" && e.code == 410 {
+            // kube-apiserver sends an expired watch as a 200 stream with one ERROR event.
+            watch_error_response(&e)
+        } else {
+            error_response(&e)
+        }
     } else {
         match uri.path() {
             "/version" => json_response(
@@ -330,13 +335,32 @@ async fn serve(
                     )],
                 ));
             }
-            if param("resourceVersionMatch") == Some("NotOlderThan")
-                && let Some(n) = param("resourceVersion").and_then(|v| v.parse::<u64>().ok())
-            {
-                let current = inner.state().current_rv();
-                if n > current {
-                    return Err(super::state::too_large(n, current));
+            let mut opts = opts;
+            let rv = match param("resourceVersion") {
+                None | Some("") => None,
+                Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {v:?}"))
+                })?),
+            };
+            if rv.is_some() && opts.continue_token.is_some() {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            match (rv, param("resourceVersionMatch")) {
+                (Some(0), Some("Exact")) => {
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    ));
                 }
+                (Some(n), Some("Exact")) => opts.exact_version = Some(n),
+                (Some(n), _) if n != 0 => {
+                    let current = inner.state().current_rv();
+                    if n > current {
+                        return Err(super::state::too_large(n, current));
+                    }
+                }
+                _ => {}
             }
             let list = inner.state().list(info, ns, &opts)?;
             Ok(json_response(
@@ -631,17 +655,8 @@ fn watch_response(
             }
             (rx, start_rv)
         }
-        Err(e) => {
-            // kube-apiserver answers 200 and sends the 410 as an ERROR event.
-            let mut s = json!({ "type": "ERROR", "object": e.to_status() }).to_string();
-            s.push('\n');
-            let mut resp = Response::new(Body::from(s));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            return Ok(resp);
-        }
+        // kube-apiserver answers 200 and sends the 410 as an ERROR event.
+        Err(e) => return Ok(watch_error_response(&e)),
     };
     let interval = inner.bookmark_interval();
     inner.watch_opened(&info.qualified());
@@ -671,6 +686,18 @@ fn watch_response(
         HeaderValue::from_static("application/json"),
     );
     Ok(resp)
+}
+
+/// A watch response carrying a single `ERROR` event.
+fn watch_error_response(e: &ApiError) -> Response {
+    let mut s = json!({ "type": "ERROR", "object": e.to_status() }).to_string();
+    s.push('\n');
+    let mut resp = Response::new(Body::from(s));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
 }
 
 /// `/apis`: the API groups served (besides the core group).

@@ -11,7 +11,10 @@
 //!
 //! - **Reads**: get; list with `labelSelector`, `fieldSelector` (`metadata.name`,
 //!   `metadata.namespace` and the per-resource fields kube-apiserver indexes), `limit` and
-//!   `continue` (a consistent snapshot across pages); `PartialObjectMetadata` answers when asked.
+//!   `continue` (a consistent snapshot across pages); `resourceVersion` with
+//!   `resourceVersionMatch=Exact` lists the state at that version (from the retained history;
+//!   older is `410 Expired`), `NotOlderThan`/unset serve the latest state, a version from the
+//!   future is `504`; `PartialObjectMetadata` answers when asked.
 //! - **Watch**: one global resourceVersion counter; `resourceVersion` unset or `0` starts with
 //!   synthetic `ADDED` events for the current state, `resourceVersion=N` replays what happened
 //!   after `N`; a version older than the retained history gets an `ERROR` event carrying a
@@ -30,7 +33,8 @@
 //!   `status.conditions` by `type`, `metadata.finalizers` as a set, Service `spec.ports` by
 //!   `port`; `spec.taints` and `status.loadBalancer.ingress` are atomic) including the
 //!   `$patch`, `$retainKeys` and `$deleteFromPrimitiveList` directives, and server-side apply
-//!   with field ownership per manager (conflicts answer `409`, `force=true` takes ownership).
+//!   with field ownership per manager (conflicts answer `409`, `force=true` takes ownership),
+//!   reported in `metadata.managedFields`.
 //!   PATCH on a missing object is `404`, except apply, which creates it.
 //! - **Status subresource**: writes to Nodes and Services ignore `status`; writes to their
 //!   `/status` ignore `spec` (metadata changes are kept, as kube-apiserver's node and service
@@ -83,8 +87,10 @@
 //!
 //! Known simplifications: no authentication/authorization of the requests themselves, no admission beyond namespace
 //! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
-//! followed), `metadata.managedFields` is not reported, `resourceVersionMatch=Exact` lists serve
-//! the current state, and lists within SSA ownership are owned as a whole.
+//! followed), server-side apply
+//! owns lists as a whole (no per-item ownership of keyed lists) and `managedFields` entries do
+//! not record the subresource, strategic merge patch ignores `$setElementOrder`, and the
+//! namespace controller's work happens synchronously inside the namespace DELETE.
 
 mod http;
 mod patch;
@@ -307,6 +313,8 @@ impl ApiServer {
     /// and a `Status` body whose reason matches the code (429 `TooManyRequests`, 409
     /// `Conflict`, 500 `InternalError`, ...). `retry_after` adds a `Retry-After` header
     /// (whole seconds, rounded up). Note that kube's client retries 429, 503 and 504 by itself.
+    /// A `watch` failed with 410 is answered as kube-apiserver expires a watch: a 200 stream
+    /// with one `ERROR` event carrying the `410 Expired` status.
     pub fn fail_next(
         &self,
         verb: &str,

@@ -209,11 +209,19 @@ fn merge_list(
 /// Field ownership of one object, for server-side apply: manager -> owned leaf paths.
 ///
 /// Simplification: lists are owned as a whole (kube-apiserver tracks keyed list items
-/// separately), and ownership is not reported in `metadata.managedFields`.
+/// separately), and the subresource of a write is not recorded.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ManagedFields {
     /// Key: `(manager, operation)` where operation is `Apply` or `Update`.
     owners: BTreeMap<(String, &'static str), BTreeSet<String>>,
+    /// When each entry last changed (RFC 3339).
+    times: BTreeMap<(String, &'static str), String>,
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 const IGNORED_LEAVES: &[&str] = &[
@@ -331,12 +339,49 @@ impl ManagedFields {
             set.retain(|p| !changed.contains(p) && !removed.contains(p));
         }
         if !changed.is_empty() {
-            self.owners
-                .entry((manager.to_string(), "Update"))
-                .or_default()
-                .extend(changed);
+            let key = (manager.to_string(), "Update");
+            self.times.insert(key.clone(), now());
+            self.owners.entry(key).or_default().extend(changed);
         }
         self.owners.retain(|_, s| !s.is_empty());
+        let owners = &self.owners;
+        self.times.retain(|k, _| owners.contains_key(k));
+    }
+
+    /// `metadata.managedFields` as kube-apiserver reports it (`FieldsV1` tries; lists appear
+    /// as whole fields).
+    pub(crate) fn to_json(&self, api_version: &str) -> Value {
+        let entries: Vec<Value> = self
+            .owners
+            .iter()
+            .map(|(key, paths)| {
+                let mut trie = Map::new();
+                for path in paths {
+                    let mut node = &mut trie;
+                    for part in path.trim_start_matches('.').split('.') {
+                        let child = node
+                            .entry(format!("f:{part}"))
+                            .or_insert_with(|| Value::Object(Map::new()));
+                        if !child.is_object() {
+                            *child = Value::Object(Map::new());
+                        }
+                        node = match child.as_object_mut() {
+                            Some(m) => m,
+                            None => break,
+                        };
+                    }
+                }
+                serde_json::json!({
+                    "manager": key.0,
+                    "operation": key.1,
+                    "apiVersion": api_version,
+                    "time": self.times.get(key).cloned().unwrap_or_else(now),
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": Value::Object(trie),
+                })
+            })
+            .collect();
+        Value::Array(entries)
     }
 
     /// Server-side apply of `applied` by `manager` onto `current` (None: the object is new).
@@ -401,8 +446,13 @@ impl ManagedFields {
                 set.retain(|p| new_leaves.contains_key(p));
             }
         }
+        if self.owners.get(&me) != Some(&applied_set) {
+            self.times.insert(me.clone(), now());
+        }
         self.owners.insert(me, applied_set);
         self.owners.retain(|_, s| !s.is_empty());
+        let owners = &self.owners;
+        self.times.retain(|k, _| owners.contains_key(k));
         Ok(obj)
     }
 }

@@ -56,7 +56,7 @@ type Key = (String, String);
 #[derive(Debug)]
 struct Snapshot {
     rv: u64,
-    items: Vec<Value>,
+    items: Arc<Vec<Value>>,
 }
 
 /// The kind of write being made (for request semantics that differ per verb).
@@ -75,6 +75,8 @@ pub(crate) struct ListOptions {
     pub(crate) fields: FieldSelector,
     pub(crate) limit: Option<usize>,
     pub(crate) continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: list the state as it was at this version.
+    pub(crate) exact_version: Option<u64>,
 }
 
 /// What a write returns: the object (resource representation) and whether it was created.
@@ -287,10 +289,63 @@ impl State {
         store
             .iter()
             .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
-            .filter(|(_, s)| opts.fields.matches(info, &s.obj))
+            .filter(|(_, s)| opts.fields.matches(info, &s.obj) && opts.labels.matches(&s.obj))
             .map(|(_, s)| info.present(&s.obj))
-            .filter(|o| opts.labels.matches(o))
             .collect()
+    }
+
+    /// Like [`matching`](Self::matching), for the state at resourceVersion `v`: the current
+    /// state with the retained history after `v` undone. 504 for a future version, 410 for
+    /// one older than the history.
+    fn matching_at(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        v: u64,
+    ) -> Result<Vec<Value>, ApiError> {
+        if v > self.rv {
+            return Err(too_large(v, self.rv));
+        }
+        if v < self.compacted_rv {
+            return Err(ApiError::expired(format!(
+                "too old resource version: {v} ({})",
+                self.compacted_rv + 1
+            )));
+        }
+        let mut objects: BTreeMap<Key, Value> = self
+            .stores
+            .get(info.storage)
+            .map(|s| {
+                s.iter()
+                    .map(|(k, st)| (k.clone(), st.obj.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for c in self.history.iter().rev().take_while(|c| c.rv > v) {
+            if c.storage != info.storage {
+                continue;
+            }
+            let key = (
+                c.namespace.clone(),
+                meta_str(&c.object, "name").unwrap_or_default().to_string(),
+            );
+            match (&c.kind, &c.old) {
+                (EventType::Added, _) => {
+                    objects.remove(&key);
+                }
+                (_, Some(old)) => {
+                    objects.insert(key, old.clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok(objects
+            .iter()
+            .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
+            .filter(|(_, o)| opts.fields.matches(info, o) && opts.labels.matches(o))
+            .map(|(_, o)| info.present(o))
+            .collect())
     }
 
     /// A list response (kind `<Kind>List`).
@@ -310,7 +365,10 @@ impl State {
                 })?;
                 (snap.rv, snap.items.clone(), offset)
             }
-            None => (self.rv, self.matching(info, ns, opts), 0),
+            None => match opts.exact_version {
+                Some(v) => (v, Arc::new(self.matching_at(info, ns, opts, v)?), 0),
+                None => (self.rv, Arc::new(self.matching(info, ns, opts)), 0),
+            },
         };
         let total = items.len();
         let end = match opts.limit {
@@ -400,8 +458,21 @@ impl State {
         &mut self,
         info: &ResourceInfo,
         ns: Option<&str>,
+        obj: Value,
+        manager: &str,
+        dry_run: bool,
+    ) -> Result<WriteResult, ApiError> {
+        self.create_with(info, ns, obj, manager, None, dry_run)
+    }
+
+    /// Create, with the field ownership already decided (apply) or derived from the object.
+    fn create_with(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
         mut obj: Value,
         manager: &str,
+        preset: Option<ManagedFields>,
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         if !obj.is_object() {
@@ -472,6 +543,7 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
+        validation::prune_like_go(&mut stored);
         let mut errs = validate(info, &stored, None);
         if info.group == "events.k8s.io" {
             errs.extend(validation::validate_events_v1_create(&obj));
@@ -483,8 +555,12 @@ impl State {
         if self.store(info).contains_key(&key) {
             return Err(ApiError::already_exists(info, &name));
         }
-        let mut managed = ManagedFields::default();
-        managed.record_update(manager, None, &stored);
+        let managed = preset.unwrap_or_else(|| {
+            let mut m = ManagedFields::default();
+            m.record_update(manager, None, &stored);
+            m
+        });
+        meta_mut(&mut stored).insert("managedFields".into(), managed.to_json(&info.api_version()));
         if dry_run {
             set_rv(&mut stored, self.rv);
             return Ok(WriteResult {
@@ -541,7 +617,12 @@ impl State {
                 }
             }
             "secrets" => secret_defaults(obj),
-            "nodes" => validation::normalize_pod_cidrs(obj),
+            "nodes" => {
+                validation::normalize_pod_cidrs(obj);
+                if let Some(o) = obj.as_object_mut() {
+                    o.entry("spec").or_insert(json!({}));
+                }
+            }
             "namespaces" => {
                 let name = meta_str(obj, "name").unwrap_or_default().to_string();
                 let m = meta_mut(obj);
@@ -625,9 +706,19 @@ impl State {
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        if patch_type == PatchType::Apply {
+            check_apply_config(info, &body)?;
+        }
         let existing = self.store(info).get(&key).cloned();
         let Some(existing) = existing else {
             if patch_type == PatchType::Apply && subresource.is_none() {
+                // Apply creates from the configuration alone; it must name the object.
+                if meta_str(&body, "name") != Some(name) {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        meta_str(&body, "name").unwrap_or_default()
+                    )));
+                }
                 let mut managed = ManagedFields::default();
                 let mut base = json!({"metadata": {"name": name}});
                 if info.namespaced {
@@ -636,11 +727,7 @@ impl State {
                 let obj = managed
                     .apply(manager, None, &merge_into(base, &body), force)
                     .map_err(|c| conflict_error(info, name, &c))?;
-                let res = self.create(info, ns, obj, manager, dry_run)?;
-                if !dry_run && let Some(s) = self.store(info).get_mut(&key) {
-                    s.managed = managed;
-                }
-                return Ok(res);
+                return self.create_with(info, ns, obj, manager, Some(managed), dry_run);
             }
             if info.namespaced {
                 self.check_namespace(info, &key.0, false)?;
@@ -666,9 +753,9 @@ impl State {
                 let mut doc = current.clone();
                 // kube-apiserver: NewGenericServerResponse(422, ...) with the patch error as
                 // the cause.
-                json_patch::patch(&mut doc, &ops).map_err(|e| ApiError {
+                apply_json_patch(&mut doc, ops).map_err(|message| ApiError {
                     details: Some(json!({
-                        "causes": [{"reason": "UnexpectedServerResponse", "message": e.to_string()}]
+                        "causes": [{"reason": "UnexpectedServerResponse", "message": message}]
                     })),
                     ..ApiError::new(
                         422,
@@ -711,24 +798,9 @@ impl State {
                 meta_str(&patched, "name").unwrap_or_default()
             )));
         }
-        let manager_for_update = if patch_type == PatchType::Apply {
-            None
-        } else {
-            Some(manager)
-        };
-        self.write(
-            info,
-            key,
-            subresource,
-            patched,
-            manager_for_update.unwrap_or(manager),
-            if patch_type == PatchType::Apply {
-                Some(managed)
-            } else {
-                None
-            },
-            dry_run,
-        )
+        // Apply has already decided the field ownership; other patches are updates.
+        let applied = (patch_type == PatchType::Apply).then_some(managed);
+        self.write(info, key, subresource, patched, manager, applied, dry_run)
     }
 
     /// The shared tail of update and patch: preconditions, subresource semantics, validation,
@@ -819,6 +891,7 @@ impl State {
         if info.storage == "nodes" {
             validation::normalize_pod_cidrs(&mut new);
         }
+        validation::prune_like_go(&mut new);
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
             if new.get("spec") != old.get("spec") {
@@ -886,6 +959,7 @@ impl State {
         }
         let rv = self.next_rv();
         set_rv(&mut new, rv);
+        meta_mut(&mut new).insert("managedFields".into(), managed.to_json(&info.api_version()));
         if terminating && finalizers(&new).is_empty() {
             self.store(info).remove(&key);
             self.emit(Change {
@@ -1101,6 +1175,32 @@ impl State {
     }
 }
 
+/// Applies an RFC 6902 patch with the semantics of the Go library kube-apiserver uses
+/// (evanphx/json-patch): a `test` for `null` passes when the key is missing but its parent
+/// exists (kube's finalizer helper relies on this for an object without finalizers).
+fn apply_json_patch(doc: &mut Value, ops: json_patch::Patch) -> Result<(), String> {
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Test(t) = &op
+            && t.value.is_null()
+        {
+            let path = t.path.as_str();
+            let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+            let actual = doc.pointer(path);
+            if doc.pointer(parent).is_none() {
+                return Err(format!(
+                    "test operation does not apply: is missing path: {path}"
+                ));
+            }
+            if actual.is_none_or(Value::is_null) {
+                continue;
+            }
+            return Err(format!("testing value {path} failed: test failed"));
+        }
+        json_patch::patch(doc, &json_patch::Patch(vec![op])).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// Secret defaulting: `type: Opaque`, and `stringData` folded into `data` (base64), as
 /// kube-apiserver does on every write.
 fn secret_defaults(obj: &mut Value) {
@@ -1166,6 +1266,33 @@ fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {
         id.parse().map_err(|_| bad())?,
         off.parse().map_err(|_| bad())?,
     ))
+}
+
+/// An apply configuration must carry the resource's apiVersion and kind.
+fn check_apply_config(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "error decoding YAML: the apply configuration must be an object",
+        ));
+    }
+    let av = body
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if av != info.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {av}, expected: {}",
+            info.api_version()
+        )));
+    }
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or_default();
+    if kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "Incorrect kind specified in apply patch. Specified patch kind: {kind}, expected: {}",
+            info.kind
+        )));
+    }
+    Ok(())
 }
 
 fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
@@ -1238,7 +1365,8 @@ pub(crate) fn filter_change(
     {
         return None;
     }
-    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(&info.present(o));
+    // Labels live in metadata, the same in every representation.
+    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(o);
     let now = matches(&c.object);
     let before = c.old.as_ref().is_some_and(matches);
     let kind = match c.kind {

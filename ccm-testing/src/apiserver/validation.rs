@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use regex::Regex;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::resources::{NameRule, ResourceInfo};
 use super::status::FieldError;
@@ -224,6 +224,52 @@ pub(crate) fn validate_node(obj: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// Map-typed fields whose empty value Go's `omitempty` drops.
+const EMPTY_MAPS_DROPPED: &[&str] = &[
+    "/metadata/labels",
+    "/metadata/annotations",
+    "/data",
+    "/binaryData",
+    "/spec/selector",
+    "/status/capacity",
+    "/status/allocatable",
+];
+
+/// Drops what a round trip through kube-apiserver's Go types drops: `null` values and empty
+/// lists everywhere (pointers and `omitempty` slices), and empty maps of the known map
+/// fields. Empty objects that are Go structs stay (e.g. Service `status.loadBalancer: {}`).
+pub(crate) fn prune_like_go(obj: &mut Value) {
+    fn rec(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.retain(|_, x| !x.is_null() && !x.as_array().is_some_and(Vec::is_empty));
+                for x in m.values_mut() {
+                    rec(x);
+                }
+                m.retain(|_, x| !x.as_array().is_some_and(Vec::is_empty));
+            }
+            Value::Array(a) => a.iter_mut().for_each(rec),
+            _ => {}
+        }
+    }
+    rec(obj);
+    for path in EMPTY_MAPS_DROPPED {
+        let empty = obj
+            .pointer(path)
+            .is_some_and(|v| v.as_object().is_some_and(Map::is_empty));
+        if empty && let Some((parent, key)) = path.rsplit_once('/') {
+            let parent = if parent.is_empty() {
+                Some(&mut *obj)
+            } else {
+                obj.pointer_mut(parent)
+            };
+            if let Some(Value::Object(p)) = parent {
+                p.remove(key);
+            }
+        }
+    }
 }
 
 /// `spec.podCIDR` and `spec.podCIDRs` are one field in kube-apiserver's internal type: the
