@@ -65,3 +65,27 @@ pub use options::{FlagError, Options, parse_go_duration};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,
 };
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/writing-a-provider.md")]
+mod guide_writing_a_provider {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/running.md")]
+mod guide_running {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/testing.md")]
+mod guide_testing {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/migrating-from-go.md")]
+mod guide_migrating_from_go {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/README.md")]
+mod guide_index {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
