@@ -373,7 +373,7 @@ pub struct CloudBudgetArgs {
 /// Logging flags.
 #[derive(Args, Clone, Debug)]
 pub struct LoggingArgs {
-    /// Log verbosity as in klog: 0-1 info, 2-4 debug, 5+ trace. `RUST_LOG`, when set, wins.
+    /// Log verbosity as in klog: 0-2 info, 3-4 debug, 5+ trace. `RUST_LOG`, when set, wins.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
     /// Log format.
@@ -421,6 +421,10 @@ pub struct GoCompatArgs {
     /// Rejected when non-empty: admission webhooks are not implemented.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub webhooks: Vec<String>,
+    /// Accepted with a warning: no webhook server is started (Go starts one only when
+    /// `--webhooks` names one). Go manifests commonly pass `--webhook-secure-port=0`.
+    #[arg(long, value_name = "PORT")]
+    pub webhook_secure_port: Option<u16>,
 }
 
 /// One invalid flag value.
@@ -645,6 +649,11 @@ impl Options {
             c.min_resync_period.is_some(),
             "min-resync-period",
             "the shared informers are watch-driven and do not resync; controllers have their own periods",
+        );
+        note(
+            c.webhook_secure_port.is_some_and(|p| p != 0),
+            "webhook-secure-port",
+            "admission webhooks are not implemented, so no webhook server is started",
         );
         note(
             c.node_sync_period.is_some(),
