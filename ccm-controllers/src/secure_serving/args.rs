@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+
+use crate::options::parse_go_duration;
 use rustls::SupportedCipherSuite;
 
 /// HTTPS serving with delegated authentication and authorisation.
@@ -299,70 +301,9 @@ pub fn parse_cipher_suite(s: &str) -> Result<CipherSuite, String> {
     }
 }
 
-/// Parses a Go duration (`10s`, `2m0s`, `1h30m`, `1.5s`, `500ms`, `0`).
-///
-/// Hand-written because `humantime` rejects Go's fractional values; the runtime's flag module
-/// has the same parser and the two are to be merged at integration.
-pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let err =
-        || format!("invalid duration {s:?}: expected a Go duration such as 10s, 2m0s or 1.5h");
-    let t = s.trim();
-    if t == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if t.starts_with('-') {
-        return Err(format!("invalid duration {s:?}: must not be negative"));
-    }
-    let t = t.strip_prefix('+').unwrap_or(t);
-    if t.is_empty() {
-        return Err(err());
-    }
-    let mut total = 0f64;
-    let mut rest = t;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(err)?;
-        if num_len == 0 {
-            return Err(err());
-        }
-        let value: f64 = rest[..num_len].parse().map_err(|_| err())?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit_secs = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(err()),
-        };
-        rest = &rest[unit_len..];
-        total += value * unit_secs;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| err())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_go_duration("2m0s"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_go_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_go_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_go_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_go_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_go_duration("10").is_err());
-        assert!(parse_go_duration("s").is_err());
-        assert!(parse_go_duration("-1s").is_err());
-        assert!(parse_go_duration("10x").is_err());
-    }
 
     #[test]
     fn tls_versions() {

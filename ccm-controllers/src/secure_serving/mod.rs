@@ -45,10 +45,7 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-pub use args::{
-    CipherSuite, SecureServingArgs, TlsVersion, parse_cipher_suite, parse_go_duration,
-    parse_tls_version,
-};
+pub use args::{CipherSuite, SecureServingArgs, TlsVersion, parse_cipher_suite, parse_tls_version};
 use auth::ClientCertUser;
 pub use auth::{DelegatedAuth, DelegatedAuthLayer, DelegatedAuthService, UserInfo};
 
