@@ -49,6 +49,18 @@ impl std::fmt::Debug for ControllerContext {
     }
 }
 
+/// Which objects the informers of [`ControllerContext::standalone_scoped`] see. The default
+/// sees everything.
+#[derive(Clone, Debug, Default)]
+pub struct InformerScope {
+    /// A label selector for Nodes, e.g. `test-run=abc`.
+    pub node_labels: Option<String>,
+    /// Only Services in this namespace.
+    pub service_namespace: Option<String>,
+    /// A label selector for Services.
+    pub service_labels: Option<String>,
+}
+
 /// What [`ControllerContext::start`] needs.
 pub struct ContextParams {
     /// The Kubernetes client.
@@ -105,21 +117,55 @@ impl ControllerContext {
         cloud: Arc<dyn CloudProvider>,
         cluster_name: &str,
     ) -> (Self, JoinSet<()>) {
+        Self::standalone_scoped(client, cloud, cluster_name, &InformerScope::default())
+    }
+
+    /// Like [`ControllerContext::standalone`], with informers that see only the objects in
+    /// `scope`: a test run against a real cluster (`CCM_TEST_KUBECONFIG`) then never acts on
+    /// anyone else's Nodes or Services.
+    pub fn standalone_scoped(
+        client: Client,
+        cloud: Arc<dyn CloudProvider>,
+        cluster_name: &str,
+        scope: &InformerScope,
+    ) -> (Self, JoinSet<()>) {
         let metrics = MetricsRegistry::new();
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
+        let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let ctx = Self::start(
-            ContextParams {
-                client,
-                cloud,
-                metrics,
-                workqueue_metrics,
-                shutdown: CancellationToken::new(),
-                cluster_name: cluster_name.to_owned(),
-                identity: "standalone".to_owned(),
-            },
-            &mut tasks,
+        let with_labels = |selector: &Option<String>| match selector {
+            Some(s) => watcher::Config::default().labels(s),
+            None => watcher::Config::default(),
+        };
+        let (nodes, node_driver) = Informer::new(
+            Api::<Node>::all(client.clone()),
+            with_labels(&scope.node_labels),
+            informer::strip_node,
+            shutdown.clone(),
         );
+        let service_api = match &scope.service_namespace {
+            Some(ns) => Api::<Service>::namespaced(client.clone(), ns),
+            None => Api::<Service>::all(client.clone()),
+        };
+        let (services, service_driver) = Informer::new(
+            service_api,
+            with_labels(&scope.service_labels),
+            informer::strip_nothing,
+            shutdown.clone(),
+        );
+        tasks.spawn(node_driver);
+        tasks.spawn(service_driver);
+        let ctx = ControllerContext {
+            client,
+            cloud,
+            nodes,
+            services,
+            metrics,
+            workqueue_metrics,
+            shutdown,
+            cluster_name: cluster_name.to_owned(),
+            identity: "standalone".to_owned(),
+        };
         (ctx, tasks)
     }
 

@@ -52,7 +52,7 @@ pub mod service;
 pub mod serving;
 pub mod workqueue;
 
-pub use context::{ContextParams, ControllerContext};
+pub use context::{ContextParams, ControllerContext, InformerScope};
 pub use error::ControllerError;
 pub use events::EventRecorder;
 pub use informer::{Change, Informer, Subscription};

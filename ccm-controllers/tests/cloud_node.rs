@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ccm_controllers::InformerScope;
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::informer::{self, Informer};
-use ccm_controllers::metrics::{MetricsRegistry, WorkQueueMetrics};
 use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::well_known::{
     ANNOTATION_PROVIDED_NODE_IP, LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE,
@@ -24,17 +23,15 @@ use ccm_core::well_known::{
     TAINT_UNINITIALIZED,
 };
 use ccm_core::{
-    CancellationToken, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node,
-    NodeAddress, Zones, async_trait,
+    CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node, NodeAddress, Zones,
+    async_trait,
 };
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for};
-use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use serde_json::json;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -81,38 +78,13 @@ impl Test {
         if !self.cluster.is_real() {
             return ControllerContext::standalone(self.cluster.client(), cloud, "kubernetes");
         }
-        let client = self.cluster.client();
-        let metrics = MetricsRegistry::new();
-        let workqueue_metrics = WorkQueueMetrics::register(&metrics);
-        let shutdown = CancellationToken::new();
         let selector = format!("{RUN_LABEL}={}", self.run);
-        let (nodes, node_driver) = Informer::new(
-            Api::<Node>::all(client.clone()),
-            watcher::Config::default().labels(&selector),
-            informer::strip_node,
-            shutdown.clone(),
-        );
-        let (services, service_driver) = Informer::new(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default().labels(&selector),
-            informer::strip_nothing::<Service>,
-            shutdown.clone(),
-        );
-        let mut tasks = JoinSet::new();
-        tasks.spawn(node_driver);
-        tasks.spawn(service_driver);
-        let ctx = ControllerContext {
-            client,
-            cloud,
-            nodes,
-            services,
-            metrics,
-            workqueue_metrics,
-            shutdown,
-            cluster_name: "kubernetes".into(),
-            identity: "cloud-node-test".into(),
+        let scope = InformerScope {
+            node_labels: Some(selector.clone()),
+            service_labels: Some(selector),
+            ..InformerScope::default()
         };
-        (ctx, tasks)
+        ControllerContext::standalone_scoped(self.cluster.client(), cloud, "kubernetes", &scope)
     }
 
     fn run_controller(&self, cloud: Arc<dyn CloudProvider>, config: CloudNodeConfig) -> Running {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ccm_controllers::informer::{self, Informer};
+use ccm_controllers::InformerScope;
 use ccm_controllers::route::{self, RouteConfig};
 use ccm_controllers::workqueue::Backoff;
 use ccm_controllers::{ControllerContext, ControllerError};
@@ -25,7 +25,6 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
 use tokio::task::{JoinHandle, JoinSet};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -72,16 +71,11 @@ fn scoped_context(
     cloud: Arc<dyn CloudProvider>,
     run_id: &str,
 ) -> (ControllerContext, JoinSet<()>) {
-    let (mut ctx, mut tasks) = ControllerContext::standalone(client.clone(), cloud, "kubernetes");
-    let (nodes, driver) = Informer::new(
-        Api::<Node>::all(client),
-        watcher::Config::default().labels(&format!("{LABEL}={run_id}")),
-        informer::strip_node,
-        ctx.shutdown.clone(),
-    );
-    tasks.spawn(driver);
-    ctx.nodes = nodes;
-    (ctx, tasks)
+    let scope = InformerScope {
+        node_labels: Some(format!("{LABEL}={run_id}")),
+        ..InformerScope::default()
+    };
+    ControllerContext::standalone_scoped(client, cloud, "kubernetes", &scope)
 }
 
 impl Harness {

@@ -5,10 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_controllers::ControllerContext;
-use ccm_controllers::ControllerError;
-use ccm_controllers::informer::{self, Informer};
 use ccm_controllers::service::{self, ServiceConfig, plan};
+use ccm_controllers::{ControllerContext, ControllerError, InformerScope};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
@@ -17,7 +15,6 @@ use ccm_testing::wait::eventually;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use kube::runtime::watcher;
 use tokio::sync::Notify;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -311,16 +308,12 @@ pub fn start(
     cloud: Arc<dyn CloudProvider>,
     config: ServiceConfig,
 ) -> Running {
-    let (mut ctx, mut informers) =
-        ControllerContext::standalone(cluster.client(), cloud, "kubernetes");
-    let (services, driver) = Informer::new(
-        Api::<Service>::namespaced(cluster.client(), ns),
-        watcher::Config::default(),
-        informer::strip_nothing,
-        ctx.shutdown.clone(),
-    );
-    informers.spawn(driver);
-    ctx.services = services;
+    let scope = InformerScope {
+        service_namespace: Some(ns.to_owned()),
+        ..InformerScope::default()
+    };
+    let (ctx, informers) =
+        ControllerContext::standalone_scoped(cluster.client(), cloud, "kubernetes", &scope);
     let handle = tokio::spawn(service::run(ctx.clone(), config));
     Running {
         ctx,
