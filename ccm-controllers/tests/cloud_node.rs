@@ -14,9 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ccm_controllers::InformerScope;
+use ccm_controllers::ControllerError;
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::well_known::{
     ANNOTATION_PROVIDED_NODE_IP, LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE,
     LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE,
@@ -26,93 +25,26 @@ use ccm_core::{
     CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node, NodeAddress, Zones,
     async_trait,
 };
-use ccm_testing::TestCluster;
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use tokio::task::{JoinHandle, JoinSet};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
-const RUN_LABEL: &str = "ccm-test.example.com/run";
+mod node_common;
+use node_common::{RUN_LABEL, Running, TIMEOUT, Test};
 
 // ---------------------------------------------------------------------------------------------
-// Harness
-
-struct Test {
-    cluster: TestCluster,
-    run: String,
-    nodes: Api<Node>,
-}
+// Harness (the shared part is in `node_common`)
 
 impl Test {
-    async fn start() -> Test {
-        let cluster = TestCluster::start().await;
-        let run = cluster.unique_name("run");
-        let nodes = Api::all(cluster.client());
-        Test {
-            cluster,
-            run,
-            nodes,
-        }
-    }
-
-    fn name(&self, prefix: &str) -> String {
-        self.cluster.unique_name(prefix)
-    }
-
     /// A kubelet-registered node carrying this test's selector label.
     fn node(&self, name: &str) -> NodeBuilder {
         kubelet_node(name).label(RUN_LABEL, &self.run)
     }
 
-    async fn create(&self, node: &Node) -> Node {
-        self.cluster.create(node).await
-    }
-
-    /// The controller's context: standalone on the in-process server, restricted to this
-    /// test's nodes on a real cluster.
-    fn context(&self, cloud: Arc<dyn CloudProvider>) -> (ControllerContext, JoinSet<()>) {
-        if !self.cluster.is_real() {
-            return ControllerContext::standalone(self.cluster.client(), cloud, "kubernetes");
-        }
-        let selector = format!("{RUN_LABEL}={}", self.run);
-        let scope = InformerScope {
-            node_labels: Some(selector.clone()),
-            service_labels: Some(selector),
-            ..InformerScope::default()
-        };
-        ControllerContext::standalone_scoped(self.cluster.client(), cloud, "kubernetes", &scope)
-    }
-
     fn run_controller(&self, cloud: Arc<dyn CloudProvider>, config: CloudNodeConfig) -> Running {
-        let (ctx, tasks) = self.context(cloud);
-        let handle = tokio::spawn(cloud_node::run(ctx.clone(), config));
-        Running { ctx, tasks, handle }
-    }
-
-    /// Events recorded about a node, as (type, reason, note).
-    async fn events(&self, node: &str) -> Vec<(String, String, String)> {
-        let api: Api<Event> = Api::namespaced(self.cluster.client(), "default");
-        let list = api.list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .filter(|e| {
-                e.regarding
-                    .as_ref()
-                    .and_then(|r| r.name.as_deref())
-                    .is_some_and(|n| n == node)
-            })
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
-            .collect()
+        self.spawn(cloud, |ctx| cloud_node::run(ctx, config))
     }
 
     async fn wait_event(&self, node: &str, reason: &str) -> (String, String, String) {
@@ -131,20 +63,6 @@ impl Test {
         })
         .await
         .unwrap()
-    }
-}
-
-struct Running {
-    ctx: ControllerContext,
-    tasks: JoinSet<()>,
-    handle: JoinHandle<Result<(), ControllerError>>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        self.ctx.shutdown.cancel();
-        self.handle.await.unwrap().unwrap();
-        self.tasks.shutdown().await;
     }
 }
 

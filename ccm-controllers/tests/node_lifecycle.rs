@@ -12,48 +12,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use ccm_controllers::InformerScope;
+use ccm_controllers::ControllerError;
 use ccm_controllers::node_lifecycle::{self, NodeLifecycleConfig};
-use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::well_known::TAINT_SHUTDOWN;
 use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, async_trait};
-use ccm_testing::TestCluster;
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use tokio::task::{JoinHandle, JoinSet};
 
-const TIMEOUT: Duration = Duration::from_secs(20);
-const RUN_LABEL: &str = "ccm-test.example.com/run";
+mod node_common;
+use node_common::{RUN_LABEL, Running, TIMEOUT, Test};
 
 // ---------------------------------------------------------------------------------------------
-// Harness
-
-struct Test {
-    cluster: TestCluster,
-    run: String,
-    nodes: Api<Node>,
-}
+// Harness (the shared part is in `node_common`)
 
 impl Test {
-    async fn start() -> Test {
-        let cluster = TestCluster::start().await;
-        let run = cluster.unique_name("run");
-        let nodes = Api::all(cluster.client());
-        Test {
-            cluster,
-            run,
-            nodes,
-        }
-    }
-
-    fn name(&self, prefix: &str) -> String {
-        self.cluster.unique_name(prefix)
-    }
-
     /// An initialised kubelet node (no uninitialized taint) carrying this test's label.
     fn node(&self, name: &str) -> NodeBuilder {
         kubelet_node(name)
@@ -62,52 +37,12 @@ impl Test {
             .label(RUN_LABEL, &self.run)
     }
 
-    async fn create(&self, node: &Node) -> Node {
-        self.cluster.create(node).await
-    }
-
-    fn context(&self, cloud: Arc<dyn CloudProvider>) -> (ControllerContext, JoinSet<()>) {
-        if !self.cluster.is_real() {
-            return ControllerContext::standalone(self.cluster.client(), cloud, "kubernetes");
-        }
-        let selector = format!("{RUN_LABEL}={}", self.run);
-        let scope = InformerScope {
-            node_labels: Some(selector.clone()),
-            service_labels: Some(selector),
-            ..InformerScope::default()
-        };
-        ControllerContext::standalone_scoped(self.cluster.client(), cloud, "kubernetes", &scope)
-    }
-
     fn run_controller(
         &self,
         cloud: Arc<dyn CloudProvider>,
         config: NodeLifecycleConfig,
     ) -> Running {
-        let (ctx, tasks) = self.context(cloud);
-        let handle = tokio::spawn(node_lifecycle::run(ctx.clone(), config));
-        Running { ctx, tasks, handle }
-    }
-
-    async fn events(&self, node: &str) -> Vec<(String, String, String)> {
-        let api: Api<Event> = Api::namespaced(self.cluster.client(), "default");
-        let list = api.list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .filter(|e| {
-                e.regarding
-                    .as_ref()
-                    .and_then(|r| r.name.as_deref())
-                    .is_some_and(|n| n == node)
-            })
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
-            .collect()
+        self.spawn(cloud, |ctx| node_lifecycle::run(ctx, config))
     }
 
     async fn set_ready(&self, name: &str, ready: bool) {
@@ -126,20 +61,6 @@ impl Test {
             )
             .await
             .unwrap();
-    }
-}
-
-struct Running {
-    ctx: ControllerContext,
-    tasks: JoinSet<()>,
-    handle: JoinHandle<Result<(), ControllerError>>,
-}
-
-impl Running {
-    async fn stop(mut self) {
-        self.ctx.shutdown.cancel();
-        self.handle.await.unwrap().unwrap();
-        self.tasks.shutdown().await;
     }
 }
 
