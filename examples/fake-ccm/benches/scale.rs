@@ -116,6 +116,11 @@ struct Cli {
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     ccm_args: Vec<String>,
+    /// Run fake-ccm under this program (split at spaces), for profiling, e.g.
+    /// `--ccm-wrapper="heaptrack -o /tmp/ccm"`. The memory and CPU figures are then those of
+    /// the wrapper's process, not of fake-ccm alone.
+    #[arg(long)]
+    ccm_wrapper: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +135,7 @@ struct Opts {
     timeout: Duration,
     concurrency: usize,
     ccm_args: Vec<String>,
+    ccm_wrapper: Option<String>,
 }
 
 impl Opts {
@@ -158,6 +164,7 @@ impl Opts {
             timeout: Duration::from_secs_f64(c.timeout),
             concurrency: c.create_concurrency.max(1),
             ccm_args: c.ccm_args.clone(),
+            ccm_wrapper: c.ccm_wrapper.clone(),
         }
     }
 
@@ -184,6 +191,9 @@ impl Opts {
         }
         if !self.ccm_args.is_empty() {
             m.insert("ccm_args".into(), json!(self.ccm_args));
+        }
+        if let Some(wrapper) = &self.ccm_wrapper {
+            m.insert("ccm_wrapper".into(), json!(wrapper));
         }
         o
     }
@@ -826,7 +836,15 @@ impl Ccm {
         std::fs::write(&config, format!("latency_ms: {}\n", opts.latency_ms)).unwrap();
         let log = dir.join(format!("{}-fake-ccm.log", env.run));
         let port = free_port();
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-ccm"));
+        let binary = env!("CARGO_BIN_EXE_fake-ccm");
+        let mut cmd = match opts.ccm_wrapper.as_deref().map(str::split_whitespace) {
+            Some(mut words) => {
+                let mut cmd = tokio::process::Command::new(words.next().expect("empty --ccm-wrapper"));
+                cmd.args(words).arg(binary);
+                cmd
+            }
+            None => tokio::process::Command::new(binary),
+        };
         match (&env.server, &env.kubeconfig) {
             (Some(s), _) => cmd.arg(format!("--master={}", s.url())),
             (None, Some(k)) => cmd.arg(format!("--kubeconfig={}", k.display())),
