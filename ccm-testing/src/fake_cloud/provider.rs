@@ -1,6 +1,6 @@
 //! The `ccm-core` capability traits implemented by [`FakeCloud`].
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use ccm_core::{
@@ -9,7 +9,7 @@ use ccm_core::{
     Service, Zone, Zones,
 };
 
-use super::{FakeCloud, LoadBalancerState, State, StoredRoute, node_addresses};
+use super::{FakeCloud, State, StoredLoadBalancer, StoredRoute, node_addresses};
 
 /// The provider name, and the scheme of every provider ID the fake cloud hands out.
 const PROVIDER_NAME: &str = "fake";
@@ -72,13 +72,15 @@ fn service_subject(service: &Service) -> String {
     service_key(service).unwrap_or_default()
 }
 
-fn host_names(hosts: &[Node]) -> Vec<String> {
-    hosts
+/// The names of `hosts`, sorted, each once, as the shared list of `st`.
+fn host_names(st: &mut State, hosts: &[Node]) -> Arc<[String]> {
+    let mut names: Vec<&str> = hosts
         .iter()
-        .filter_map(|n| n.metadata.name.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    st.host_sets.intern(&names)
 }
 
 #[async_trait]
@@ -321,11 +323,12 @@ impl LoadBalancer for FakeCloud {
                 .and_then(|s| s.ports.as_ref())
                 .map(|ports| ports.iter().map(|p| p.port).collect())
                 .unwrap_or_default();
+            let hosts = host_names(st, hosts);
             st.load_balancers.insert(
                 key,
-                LoadBalancerState {
+                StoredLoadBalancer {
                     name: ccm_core::default_load_balancer_name(service),
-                    hosts: host_names(hosts),
+                    hosts,
                     ports,
                     cluster_name: cluster_name.to_owned(),
                 },
@@ -343,19 +346,20 @@ impl LoadBalancer for FakeCloud {
     ) -> CloudResult<()> {
         self.call("update_load_balancer", service_subject(service), |_, st| {
             let key = service_key(service)?;
-            match st
+            let exists = st
                 .load_balancers
-                .get_mut(&key)
-                .filter(|lb| lb.cluster_name == cluster_name)
-            {
-                Some(lb) => {
-                    lb.hosts = host_names(hosts);
-                    Ok(())
-                }
-                None => Err(CloudError::msg(format!(
+                .get(&key)
+                .is_some_and(|lb| lb.cluster_name == cluster_name);
+            if !exists {
+                return Err(CloudError::msg(format!(
                     "fake cloud: no load balancer for service {key} in cluster {cluster_name:?}"
-                ))),
+                )));
             }
+            let hosts = host_names(st, hosts);
+            if let Some(lb) = st.load_balancers.get_mut(&key) {
+                lb.hosts = hosts;
+            }
+            Ok(())
         })
         .await
     }
