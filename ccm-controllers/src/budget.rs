@@ -458,7 +458,7 @@ impl LoadBalancer for Cap {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         budgeted!(
             self,
@@ -470,7 +470,7 @@ impl LoadBalancer for Cap {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
         budgeted!(
             self,

@@ -23,7 +23,8 @@ pub struct ControllerContext {
     pub client: Client,
     /// The cloud provider, wrapped in the cloud-call budget (metrics, rate limit, timeout).
     pub cloud: Arc<dyn CloudProvider>,
-    /// The shared Node informer (`managedFields` and `status.images` stripped).
+    /// The shared Node informer. Its Nodes are stripped of what no controller or provider reads
+    /// ([`informer::strip_node`], or the vendor's replacement): never write one back whole.
     pub nodes: Informer<Node>,
     /// The shared Service informer (`managedFields` stripped).
     pub services: Informer<Service>,
@@ -77,6 +78,9 @@ pub struct ContextParams {
     pub cluster_name: String,
     /// This process's identity.
     pub identity: String,
+    /// Removes fields from every Node before it is cached: [`informer::strip_node`] unless the
+    /// vendor set [`Builder::strip_cached_node`](crate::runtime::Builder::strip_cached_node).
+    pub strip_node: fn(&mut Node),
 }
 
 impl ControllerContext {
@@ -85,8 +89,8 @@ impl ControllerContext {
     pub fn start(params: ContextParams, tasks: &mut JoinSet<()>) -> Self {
         let (nodes, node_driver) = Informer::new(
             Api::<Node>::all(params.client.clone()),
-            watcher::Config::default(),
-            informer::strip_node,
+            informer::node_watcher_config(),
+            params.strip_node,
             params.shutdown.clone(),
         );
         let (services, service_driver) = Informer::new(
@@ -133,13 +137,13 @@ impl ControllerContext {
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let with_labels = |selector: &Option<String>| match selector {
-            Some(s) => watcher::Config::default().labels(s),
-            None => watcher::Config::default(),
+        let with_labels = |config: watcher::Config, selector: &Option<String>| match selector {
+            Some(s) => config.labels(s),
+            None => config,
         };
         let (nodes, node_driver) = Informer::new(
             Api::<Node>::all(client.clone()),
-            with_labels(&scope.node_labels),
+            with_labels(informer::node_watcher_config(), &scope.node_labels),
             informer::strip_node,
             shutdown.clone(),
         );
@@ -149,7 +153,7 @@ impl ControllerContext {
         };
         let (services, service_driver) = Informer::new(
             service_api,
-            with_labels(&scope.service_labels),
+            with_labels(watcher::Config::default(), &scope.service_labels),
             informer::strip_nothing,
             shutdown.clone(),
         );

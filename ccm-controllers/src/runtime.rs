@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ccm_core::{CloudProvider, InitContext};
+use ccm_core::{CloudProvider, InitContext, Node};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 use futures::FutureExt;
 use kube::Client;
@@ -187,6 +187,7 @@ pub struct Builder<V = NoArgs> {
     version: &'static str,
     listener: Option<std::net::TcpListener>,
     provider: Option<Arc<dyn CloudProvider>>,
+    strip_node: fn(&mut Node),
     _vendor: std::marker::PhantomData<fn() -> V>,
 }
 
@@ -216,6 +217,7 @@ impl Builder<NoArgs> {
             version: env!("CARGO_PKG_VERSION"),
             listener: None,
             provider: None,
+            strip_node: crate::informer::strip_node,
             _vendor: std::marker::PhantomData,
         }
     }
@@ -251,6 +253,7 @@ where
             version: self.version,
             listener: self.listener,
             provider: self.provider,
+            strip_node: self.strip_node,
             _vendor: std::marker::PhantomData,
         }
     }
@@ -330,6 +333,18 @@ where
     /// (which then defaults to the provider's name). For embedding and tests.
     pub fn provider(mut self, provider: Arc<dyn CloudProvider>) -> Self {
         self.provider = Some(provider);
+        self
+    }
+
+    /// Replaces [`informer::strip_node`](crate::informer::strip_node), which removes from every
+    /// Node, before it is cached, the fields no built-in controller or typical provider reads
+    /// (images, capacity, most conditions, ...). Cached Nodes are what every controller reads
+    /// and what load-balancer calls receive as hosts; if your provider or your own controller
+    /// reads one of those fields, pass a function that removes less, at the cost of memory:
+    /// `|node| if let Some(s) = node.status.as_mut() { s.images = None }` keeps all but the
+    /// images.
+    pub fn strip_cached_node(mut self, strip: fn(&mut Node)) -> Self {
+        self.strip_node = strip;
         self
     }
 
@@ -626,6 +641,7 @@ where
             health: health.clone(),
             identity: identity.clone(),
             enabled,
+            strip_node: self.strip_node,
         };
         let code = if election {
             let lease = LeaseLabel {
@@ -747,6 +763,7 @@ struct LeadEnv {
     health: Arc<Health>,
     identity: String,
     enabled: Vec<ControllerEntry>,
+    strip_node: fn(&mut Node),
 }
 
 /// Resolves when the lease is lost (never when there is no election).
@@ -787,6 +804,7 @@ impl LeadEnv {
                 shutdown: work.clone(),
                 cluster_name: self.options.cluster_name().to_owned(),
                 identity: self.identity.clone(),
+                strip_node: self.strip_node,
             },
             &mut informers,
         );

@@ -815,11 +815,11 @@ impl LoadBalancer for Recorder {
         &self,
         _: &str,
         _: &Service,
-        _: &[Node],
+        _: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         Ok(LoadBalancerStatus::default())
     }
-    async fn update_load_balancer(&self, _: &str, _: &Service, _: &[Node]) -> CloudResult<()> {
+    async fn update_load_balancer(&self, _: &str, _: &Service, _: &[Arc<Node>]) -> CloudResult<()> {
         self.calls.lock().unwrap().push(Instant::now());
         tokio::time::sleep(self.latency).await;
         (self.answer)()

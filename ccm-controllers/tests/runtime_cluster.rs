@@ -18,6 +18,7 @@ use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeCondition};
 use kube::Api;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
@@ -565,5 +566,117 @@ async fn the_built_in_controllers_run_through_the_runtime() {
         tokio::time::timeout(WAIT, runtime).await.unwrap().unwrap(),
         0
     );
+    cluster.cleanup().await;
+}
+
+/// Runs a runtime whose only controller hands out the cached copy of Node `name` once the shared
+/// informer has it.
+async fn cached_node(cluster: &TestCluster, name: &str, strip: Option<fn(&mut Node)>) -> Arc<Node> {
+    let (found_tx, found_rx) = oneshot::channel::<Arc<Node>>();
+    let found_tx = Arc::new(std::sync::Mutex::new(Some(found_tx)));
+    let (stop, stop_rx) = oneshot::channel::<()>();
+    let wanted = name.to_owned();
+    let mut builder = Builder::new()
+        .without_builtin_controllers()
+        .provider(FakeCloud::default().provider())
+        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .controller("reader", move |ctx: ControllerContext| {
+            let (found_tx, wanted) = (found_tx.clone(), wanted.clone());
+            async move {
+                let node = loop {
+                    if let Some(node) = ctx.nodes.get(&wanted) {
+                        break node;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                if let Some(tx) = found_tx.lock().unwrap().take() {
+                    let _ = tx.send(node);
+                }
+                ctx.shutdown.cancelled().await;
+                Ok(())
+            }
+        })
+        .args([
+            "ccm".to_owned(),
+            connection_flag(cluster),
+            "--leader-elect=false".to_owned(),
+        ])
+        .shutdown_signal(async {
+            let _ = stop_rx.await;
+        });
+    if let Some(strip) = strip {
+        builder = builder.strip_cached_node(strip);
+    }
+    let task = tokio::spawn(builder.run_async());
+    let node = tokio::time::timeout(WAIT, found_rx)
+        .await
+        .expect("the controller finds the node")
+        .unwrap();
+    let _ = stop.send(());
+    assert_eq!(tokio::time::timeout(WAIT, task).await.unwrap().unwrap(), 0);
+    node
+}
+
+fn condition_types(node: &Node) -> Vec<String> {
+    let conditions = node.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions
+        .map(|cs| cs.iter().map(|c| c.type_.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn cached_nodes_keep_what_clouds_read_unless_the_vendor_keeps_more() {
+    let cluster = TestCluster::start().await;
+    let name = cluster.unique_name("cached");
+    let mut node = kubelet_node(&name)
+        .label("acme.example.com/pool", "blue")
+        .build();
+    let status = node.status.as_mut().unwrap();
+    status.images = Some(vec![ContainerImage {
+        names: Some(vec!["registry.k8s.io/pause:3.10".to_owned()]),
+        size_bytes: Some(300_000),
+    }]);
+    status.conditions.as_mut().unwrap().push(NodeCondition {
+        type_: "NetworkUnavailable".to_owned(),
+        status: "False".to_owned(),
+        reason: Some("RouteCreated".to_owned()),
+        ..Default::default()
+    });
+    cluster.create(&node).await;
+    let written = cluster.client();
+    let written = Api::<Node>::all(written).get(&name).await.unwrap();
+    let written_status = written.status.as_ref().unwrap();
+    assert!(written_status.capacity.is_some() && written_status.images.is_some());
+    assert!(
+        condition_types(&written).len() > 2,
+        "kubelet's pressure conditions too"
+    );
+
+    // Default: what neither a controller nor a cloud reads is gone, the rest is kept.
+    let cached = cached_node(&cluster, &name, None).await;
+    let status = cached.status.as_ref().unwrap();
+    assert_eq!(status.images, None);
+    assert_eq!(status.capacity, None);
+    assert_eq!(status.allocatable, None);
+    assert_eq!(status.daemon_endpoints, None);
+    assert_eq!(condition_types(&cached), ["Ready", "NetworkUnavailable"]);
+    assert_eq!(status.addresses, written_status.addresses);
+    assert_eq!(status.node_info, written_status.node_info);
+    assert_eq!(cached.metadata.labels, written.metadata.labels);
+    assert_eq!(cached.metadata.annotations, written.metadata.annotations);
+    assert_eq!(cached.spec, written.spec);
+    assert!(cached.metadata.managed_fields.is_none());
+
+    // A vendor that needs more keeps it.
+    fn images_only(node: &mut Node) {
+        if let Some(status) = node.status.as_mut() {
+            status.images = None;
+        }
+    }
+    let cached = cached_node(&cluster, &name, Some(images_only)).await;
+    let status = cached.status.as_ref().unwrap();
+    assert_eq!(status.images, None);
+    assert_eq!(status.capacity, written_status.capacity);
+    assert_eq!(condition_types(&cached), condition_types(&written));
     cluster.cleanup().await;
 }

@@ -108,12 +108,12 @@
 //!         &self,
 //!         _cluster: &str,
 //!         svc: &Service,
-//!         hosts: &[Node],
+//!         hosts: &[Arc<Node>],
 //!     ) -> CloudResult<LoadBalancerStatus> {
 //!         self.update_load_balancer(_cluster, svc, hosts).await?;
 //!         Ok(status())
 //!     }
-//!     async fn update_load_balancer(&self, _cluster: &str, svc: &Service, hosts: &[Node]) -> CloudResult<()> {
+//!     async fn update_load_balancer(&self, _cluster: &str, svc: &Service, hosts: &[Arc<Node>]) -> CloudResult<()> {
 //!         let hosts = hosts.iter().map(|n| node_name(n).to_owned()).collect();
 //!         let mut lbs = self.balancers.lock().map_err(|e| CloudError::msg(e.to_string()))?;
 //!         lbs.insert(ccm_core::default_load_balancer_name(svc), hosts);

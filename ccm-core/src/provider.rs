@@ -302,7 +302,12 @@ pub trait LoadBalancer: Send + Sync {
     /// Must be idempotent: it is called for every handled Service on every start and leader
     /// change, and on every relevant Service change. `hosts` are the eligible Nodes (not being
     /// deleted, not excluded by `node.kubernetes.io/exclude-from-external-load-balancers`, not
-    /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. Errors: [`CloudError::Retry`]
+    /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. They are the framework's
+    /// cached Nodes, shared rather than copied (Go passes `[]*v1.Node` from its informer):
+    /// keep an `Arc` if you need one later. Cached Nodes carry metadata, spec,
+    /// `status.addresses`, `status.nodeInfo` and the `Ready`/`NetworkUnavailable` conditions,
+    /// not the fields no cloud needs (`managedFields`, images, capacity, volumes; see
+    /// `ccm_controllers::informer::strip_node`). Errors: [`CloudError::Retry`]
     /// requeues after its delay, [`CloudError::ImplementedElsewhere`] is a success without a
     /// status write, anything else emits `SyncLoadBalancerFailed` and retries with exponential
     /// backoff (5 s to 300 s).
@@ -310,7 +315,7 @@ pub trait LoadBalancer: Send + Sync {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus>;
 
     /// Replaces the load balancer's backend hosts; nothing else changed.
@@ -323,7 +328,7 @@ pub trait LoadBalancer: Send + Sync {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<()>;
 
     /// Deletes the Service's load balancer and everything created for it.

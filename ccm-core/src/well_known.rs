@@ -38,6 +38,8 @@ pub const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
 
 /// Node condition the route controller maintains.
 pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+/// Node condition kubelet maintains; the node-lifecycle controller reads it.
+pub const CONDITION_READY: &str = "Ready";
 
 /// The HTTPS port a cloud-controller-manager serves health and metrics on.
 pub const CLOUD_CONTROLLER_MANAGER_PORT: u16 = 10258;

@@ -830,6 +830,20 @@ async fn list_selectors_and_pagination() {
     );
     names.dedup();
     assert_eq!(names, vec!["n0", "n1", "n2", "n3", "n4", "n5", "n6"]);
+    // `resourceVersion=0` is served from the watch cache, whole: kube-apiserver ignores the
+    // limit there.
+    let whole = nodes
+        .list(&ListParams::default().limit(3).match_any())
+        .await
+        .unwrap();
+    assert_eq!(whole.items.len(), 8);
+    assert!(
+        whole
+            .metadata
+            .continue_
+            .as_deref()
+            .is_none_or(str::is_empty)
+    );
     // A continue token from before a compaction is gone.
     let first = nodes.list(&ListParams::default().limit(3)).await.unwrap();
     s.compact();

@@ -131,7 +131,12 @@ async fn reflector_store_follows_the_server() {
             .unwrap();
     }
     let (store, writer) = reflector::store::<Node>();
-    let stream = watcher(nodes.clone(), watcher::Config::default().page_size(2))
+    // A consistent read (resourceVersion unset) is paginated; `resourceVersion=0`, kube's
+    // default, would come whole from the watch cache.
+    let config = watcher::Config::default()
+        .page_size(2)
+        .list_semantic(watcher::ListSemantic::MostRecent);
+    let stream = watcher(nodes.clone(), config)
         .default_backoff()
         .modify(|n| n.managed_fields_mut().clear())
         .reflect(writer)

@@ -453,7 +453,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         if self.is(Flaw::CancelLeaksLoadBalancer) {
             // Allocates a cloud resource, then awaits: dropped here, the resource leaks.
@@ -478,7 +478,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
         if self.is(Flaw::UpdateIgnoresHosts) {
             return Ok(());

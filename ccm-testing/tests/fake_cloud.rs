@@ -2,6 +2,7 @@
 //! FakeCloud: one test (at least) per configuration field and per fault mode.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::k8s_openapi::api::core::v1::{NodeSpec, ServicePort, ServiceSpec};
@@ -28,6 +29,11 @@ fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
         }),
         ..node(name)
     }
+}
+
+/// A load-balancer host, as the framework passes it (shared from its Node cache).
+fn host(name: &str) -> Arc<Node> {
+    Arc::new(node(name))
 }
 
 fn service(namespace: &str, name: &str, uid: &str) -> Service {
@@ -413,7 +419,7 @@ async fn load_balancer_lifecycle_remembers_hosts_and_ports() {
     let svc = service("ns", "web", UID);
     assert_eq!(lb.get_load_balancer("c1", &svc).await.unwrap(), None);
 
-    let hosts = [node("n2"), node("n1"), node("n2")];
+    let hosts = [host("n2"), host("n1"), host("n2")];
     let status = lb.ensure_load_balancer("c1", &svc, &hosts).await.unwrap();
     let ingress = status.ingress.clone().unwrap();
     assert_eq!(ingress.len(), 1);
@@ -436,7 +442,7 @@ async fn load_balancer_lifecycle_remembers_hosts_and_ports() {
     lb.ensure_load_balancer_deleted("c2", &svc).await.unwrap();
     assert!(lb.get_load_balancer("c1", &svc).await.unwrap().is_some());
 
-    lb.update_load_balancer("c1", &svc, &[node("n3")])
+    lb.update_load_balancer("c1", &svc, &[host("n3")])
         .await
         .unwrap();
     assert_eq!(cloud.load_balancers()["ns/web"].hosts, ["n3"]);
@@ -454,7 +460,7 @@ async fn load_balancer_lifecycle_remembers_hosts_and_ports() {
     // Deleting what does not exist succeeds; updating it fails.
     lb.ensure_load_balancer_deleted("c1", &svc).await.unwrap();
     let err = lb
-        .update_load_balancer("c1", &svc, &[node("n1")])
+        .update_load_balancer("c1", &svc, &[host("n1")])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("ns/web"), "{err}");
@@ -749,7 +755,7 @@ async fn call_counts_and_log_use_snake_case_method_names() {
         .await
         .unwrap();
     let lb = provider.load_balancer().unwrap();
-    lb.ensure_load_balancer("c", &svc, &[node("n1")])
+    lb.ensure_load_balancer("c", &svc, &[host("n1")])
         .await
         .unwrap();
     lb.update_load_balancer("c", &svc, &[]).await.unwrap();
@@ -814,7 +820,7 @@ async fn concurrent_calls_from_many_tasks_are_all_recorded_and_consistent() {
         tasks.push(tokio::spawn(async move {
             let lb = cloud.load_balancer().unwrap();
             let svc = service("ns", &format!("svc-{}", i % 8), &format!("uid-{}", i % 8));
-            lb.ensure_load_balancer("c", &svc, &[node(&format!("n{i}"))])
+            lb.ensure_load_balancer("c", &svc, &[host(&format!("n{i}"))])
                 .await
                 .unwrap();
             let meta = cloud

@@ -82,15 +82,16 @@ struct Shared {
 /// The eligible hosts at one generation of the Node informer, built once and shared by every
 /// load balancer synced while the Nodes do not change.
 ///
-/// The provider takes `&[Node]`, and the store holds `Arc<Node>`: cloning every eligible Node
-/// for every `ensure_load_balancer`/`update_load_balancer` call cost 5 million Node clones (and
-/// 1.4 GB of resident memory) to ensure 1,000 load balancers over 5,000 Nodes
-/// (`docs/performance.md`, steady). Here the clone happens once per host-set change, and the
-/// host keys every Service remembers are one shared `Arc<[HostKey]>` while the set is the same.
+/// The provider takes the store's own `Arc<Node>`s (as Go passes `[]*v1.Node` from the
+/// informer cache), so a host set costs one pointer per host, never a copy of a Node: cloning
+/// every eligible Node for every `ensure_load_balancer`/`update_load_balancer` call cost
+/// 5 million Node clones (and 1.4 GB of resident memory) to ensure 1,000 load balancers over
+/// 5,000 Nodes (`docs/performance.md`, steady). The host keys every Service remembers are one
+/// shared `Arc<[HostKey]>` while the set is the same.
 #[derive(Clone)]
 struct HostSet {
     generation: u64,
-    nodes: Arc<Vec<Node>>,
+    nodes: Arc<[Arc<Node>]>,
     keys: Arc<[HostKey]>,
 }
 
@@ -113,11 +114,6 @@ fn is_conflict(error: &kube::Error) -> bool {
 
 fn is_not_found(error: &kube::Error) -> bool {
     is_status(error, &[404])
-}
-
-/// The provider takes `&[Node]`; the store holds `Arc<Node>`.
-fn owned(nodes: &[Arc<Node>]) -> Vec<Node> {
-    nodes.iter().map(|n| (**n).clone()).collect()
 }
 
 fn json_patch(value: serde_json::Value) -> Result<Patch<()>, String> {
@@ -359,7 +355,7 @@ impl Shared {
         };
         let set = HostSet {
             generation,
-            nodes: Arc::new(owned(&hosts)),
+            nodes: hosts.into(),
             keys,
         };
         *self.host_set.lock().unwrap_or_else(|e| e.into_inner()) = Some(set.clone());
@@ -528,7 +524,7 @@ impl Shared {
             }
         };
         let host_set = self.eligible_hosts();
-        let hosts: &[Node] = &host_set.nodes;
+        let hosts: &[Arc<Node>] = &host_set.nodes;
         if hosts.is_empty() {
             self.recorder
                 .warning(
@@ -794,7 +790,7 @@ impl Shared {
         {
             return;
         }
-        let hosts: &[Node] = &host_set.nodes;
+        let hosts: &[Arc<Node>] = &host_set.nodes;
         let keys = host_set.keys.clone();
         entry.last_hosts = Some(keys.clone());
         self.metrics.loadbalancer_sync.inc();

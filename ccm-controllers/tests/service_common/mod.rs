@@ -220,7 +220,7 @@ impl LoadBalancer for ProbeProvider {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         let p = &self.0;
         let _g = p.enter("ensure_load_balancer", service).await;
@@ -240,7 +240,7 @@ impl LoadBalancer for ProbeProvider {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
         let p = &self.0;
         let _g = p.enter("update_load_balancer", service).await;

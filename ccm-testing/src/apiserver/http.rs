@@ -354,6 +354,10 @@ async fn serve(
                     ));
                 }
                 (Some(n), Some("Exact")) => opts.exact_version = Some(n),
+                // kube-apiserver serves `resourceVersion=0` from its watch cache, which does not
+                // paginate: `limit` is ignored and the whole list comes in one response
+                // (kubernetes/kubernetes#96182; client-go's informers rely on it).
+                (Some(0), _) => opts.limit = None,
                 (Some(n), _) if n != 0 => {
                     let current = inner.state().current_rv();
                     if n > current {

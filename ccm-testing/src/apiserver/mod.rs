@@ -11,7 +11,8 @@
 //!
 //! - **Reads**: get; list with `labelSelector`, `fieldSelector` (`metadata.name`,
 //!   `metadata.namespace` and the per-resource fields kube-apiserver indexes), `limit` and
-//!   `continue` (a consistent snapshot across pages); `resourceVersion` with
+//!   `continue` (a consistent snapshot across pages; `resourceVersion=0` is served whole, as
+//!   kube-apiserver's watch cache ignores `limit` there); `resourceVersion` with
 //!   `resourceVersionMatch=Exact` lists the state at that version (from the retained history;
 //!   older is `410 Expired`), `NotOlderThan`/unset serve the latest state, a version from the
 //!   future is `504`; `PartialObjectMetadata` answers when asked.

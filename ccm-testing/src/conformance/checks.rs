@@ -186,7 +186,7 @@ impl<'a> Ctx<'a> {
         call_with_retry(input.call_timeout, input.retry_budget, what, f).await
     }
 
-    fn nodes(&self) -> Result<&'a [Node], Stop> {
+    fn nodes(&self) -> Result<&'a [Arc<Node>], Stop> {
         let nodes = &self.input().existing_nodes;
         if nodes.is_empty() {
             Err(skip(
@@ -284,7 +284,7 @@ impl<'a> Ctx<'a> {
             })
     }
 
-    async fn ensure(&mut self, hosts: &[Node]) -> Result<LoadBalancerStatus, Stop> {
+    async fn ensure(&mut self, hosts: &[Arc<Node>]) -> Result<LoadBalancerStatus, Stop> {
         let (lb, svc) = self.lb()?;
         self.lb_touched = true;
         let cluster = self.cluster();
@@ -655,7 +655,7 @@ async fn instance_exists_false_for_unknown(ctx: &mut Ctx<'_>) -> Step {
 
 async fn instance_exists_true_for_existing(ctx: &mut Ctx<'_>) -> Step {
     ctx.require_instances()?;
-    let mut nodes: Vec<(&Node, &str)> = ctx.nodes()?.iter().map(|n| (n, "running")).collect();
+    let mut nodes: Vec<(&Node, &str)> = ctx.nodes()?.iter().map(|n| (&**n, "running")).collect();
     if let Some(node) = ctx.input().shutdown_node.as_ref() {
         nodes.push((node, "shut-down"));
     }
@@ -753,7 +753,7 @@ async fn instance_shutdown_consistent(ctx: &mut Ctx<'_>) -> Step {
     let mut cases: Vec<(&Node, Option<bool>, &str)> = ctx
         .nodes()?
         .iter()
-        .map(|n| (n, Some(false), "running"))
+        .map(|n| (&**n, Some(false), "running"))
         .collect();
     if let Some(node) = ctx.input().shutdown_node.as_ref() {
         cases.push((node, Some(true), "shut-down"));
@@ -1080,7 +1080,7 @@ async fn update_changes_hosts(ctx: &mut Ctx<'_>) -> Step {
     ctx.ensure(first).await?;
     let cluster = ctx.cluster();
     for hosts in [rest, first] {
-        let names: BTreeSet<String> = hosts.iter().map(name_of).collect();
+        let names: BTreeSet<String> = hosts.iter().map(|n| name_of(n)).collect();
         match ctx
             .call("update_load_balancer", || {
                 lb.update_load_balancer(cluster, svc, hosts)

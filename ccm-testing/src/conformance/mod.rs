@@ -84,8 +84,9 @@ pub struct ConformanceInput {
     /// The cluster name passed to every load-balancer and route call.
     pub cluster_name: String,
     /// Nodes whose instances exist and are running (at least one; two or more let the
-    /// concurrency and load-balancer host checks see more).
-    pub existing_nodes: Vec<Node>,
+    /// concurrency and load-balancer host checks see more). Shared as the framework hands
+    /// hosts to a provider (`&[Arc<Node>]`).
+    pub existing_nodes: Vec<Arc<Node>>,
     /// A Node whose instance does not exist. Give it a `spec.providerID` to also check the
     /// legacy `*_by_provider_id` lookups.
     pub missing_node: Option<Node>,
@@ -150,7 +151,7 @@ impl ConformanceInput {
     pub fn new(cluster_name: impl Into<String>, existing_nodes: Vec<Node>) -> Self {
         ConformanceInput {
             cluster_name: cluster_name.into(),
-            existing_nodes,
+            existing_nodes: existing_nodes.into_iter().map(Arc::new).collect(),
             missing_node: None,
             shutdown_node: None,
             service: None,

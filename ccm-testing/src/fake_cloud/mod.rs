@@ -818,10 +818,10 @@ mod tests {
 
     use super::FakeCloud;
 
-    fn node(name: &str) -> Node {
+    fn node(name: &str) -> Arc<Node> {
         let mut node = Node::default();
         node.metadata.name = Some(name.to_owned());
-        node
+        Arc::new(node)
     }
 
     fn service(name: &str) -> Service {

@@ -73,7 +73,7 @@ fn service_subject(service: &Service) -> String {
 }
 
 /// The names of `hosts`, sorted, each once, as the shared list of `st`.
-fn host_names(st: &mut State, hosts: &[Node]) -> Arc<[String]> {
+fn host_names(st: &mut State, hosts: &[Arc<Node>]) -> Arc<[String]> {
     let mut names: Vec<&str> = hosts
         .iter()
         .filter_map(|n| n.metadata.name.as_deref())
@@ -312,7 +312,7 @@ impl LoadBalancer for FakeCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
         let status = self.ingress();
         self.call("ensure_load_balancer", service_subject(service), |_, st| {
@@ -342,7 +342,7 @@ impl LoadBalancer for FakeCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Node],
+        hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
         self.call("update_load_balancer", service_subject(service), |_, st| {
             let key = service_key(service)?;
