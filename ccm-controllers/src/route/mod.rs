@@ -518,11 +518,10 @@ impl RouteController {
             }
             *pending = failed.clone();
         }
-        futures::future::join_all(events.iter().map(|(node, note)| {
+        for (node, note) in events {
             self.recorder
-                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note.clone())
-        }))
-        .await;
+                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+        }
 
         // Conditions.
         let updates = plan::condition_updates(&plan, &failed);
@@ -601,8 +600,7 @@ impl RouteController {
                 None => {
                     let note = failed_create_message(&create, started.elapsed(), &error);
                     self.recorder
-                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note)
-                        .await;
+                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
                     Outcome::Failed
                 }
             },
