@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
 use ccm_controllers::events::EventBroadcaster;
-use ccm_controllers::{ControllerContext, MetricsRegistry};
+use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
@@ -341,4 +341,69 @@ async fn hung_event_writes_do_not_hold_up_node_initialisation() {
     );
     running.stop().await;
     t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_runtime_writes_the_events_of_work_that_finishes_during_shutdown() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let connection = match cluster.api_server() {
+        Some(server) => format!("--master={}", server.url()),
+        None => format!(
+            "--kubeconfig={}",
+            std::env::var(ccm_testing::KUBECONFIG_ENV).unwrap()
+        ),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let object = subject(&ns, &name);
+    let runtime = tokio::spawn(
+        Builder::new()
+            .without_builtin_controllers()
+            .provider(FakeCloud::default().provider())
+            .listener(listener)
+            // In-flight work that ends after the shutdown signal and records an Event.
+            .controller("drainer", move |ctx: ControllerContext| {
+                let object = object.clone();
+                let started = started_tx.lock().unwrap().take();
+                async move {
+                    let recorder = ctx.recorder("drainer");
+                    recorder.normal(&object, "Started", "before the signal");
+                    if let Some(started) = started {
+                        let _ = started.send(());
+                    }
+                    ctx.shutdown.cancelled().await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    recorder.normal(&object, "Finished", "after the signal");
+                    Ok(())
+                }
+            })
+            .args([
+                "ccm".to_owned(),
+                connection,
+                "--leader-elect=false".to_owned(),
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+            ])
+            .shutdown_signal(async {
+                let _ = stop_rx.await;
+            })
+            .run_async(),
+    );
+    tokio::time::timeout(WAIT, started)
+        .await
+        .expect("the controller starts")
+        .unwrap();
+    stop.send(()).unwrap();
+    let code = tokio::time::timeout(WAIT, runtime)
+        .await
+        .expect("the runtime stops")
+        .unwrap();
+    assert_eq!(code, 0);
+    // Written before the runtime returned, the last one after the controller had drained.
+    let written = events_of(&cluster.client(), &ns, &name).await;
+    assert_eq!(reasons(&written), ["Finished", "Started"], "{written:#?}");
+    cluster.cleanup().await;
 }

@@ -157,7 +157,10 @@ impl Harness {
                 .is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason))
         })
         .await;
-        assert!(set, "NetworkUnavailable={status} ({reason}) never reached the informer");
+        assert!(
+            set,
+            "NetworkUnavailable={status} ({reason}) never reached the informer"
+        );
     }
 
     /// Waits until the controller made no cloud call for a while (a reconcile queued behind

@@ -1076,9 +1076,12 @@ mod tests {
 
     #[test]
     fn a_new_condition_is_patched_by_type_at_now_without_a_precondition() {
-        let patch =
-            condition_patch(&node_with_condition(None), &DesiredCondition::ROUTE_CREATED, &t1())
-                .unwrap();
+        let patch = condition_patch(
+            &node_with_condition(None),
+            &DesiredCondition::ROUTE_CREATED,
+            &t1(),
+        )
+        .unwrap();
         assert_eq!(
             patch,
             serde_json::json!({"status": {"conditions": [{
