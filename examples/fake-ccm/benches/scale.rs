@@ -839,7 +839,8 @@ impl Ccm {
         let binary = env!("CARGO_BIN_EXE_fake-ccm");
         let mut cmd = match opts.ccm_wrapper.as_deref().map(str::split_whitespace) {
             Some(mut words) => {
-                let mut cmd = tokio::process::Command::new(words.next().expect("empty --ccm-wrapper"));
+                let mut cmd =
+                    tokio::process::Command::new(words.next().expect("empty --ccm-wrapper"));
                 cmd.args(words).arg(binary);
                 cmd
             }
