@@ -11,7 +11,7 @@ use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::EventRecorder;
+use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
 use crate::informer::{self, Informer};
 use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::workqueue::{Backoff, WorkQueue};
@@ -39,6 +39,8 @@ pub struct ControllerContext {
     /// This process's identity (leader-election identity), used as the events' reporting
     /// instance.
     pub identity: String,
+    /// The process's Event queue (see [`ControllerContext::recorder`]).
+    pub events: EventBroadcaster,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -81,6 +83,9 @@ pub struct ContextParams {
     /// Removes fields from every Node before it is cached: [`informer::strip_node`] unless the
     /// vendor set [`Builder::strip_cached_node`](crate::runtime::Builder::strip_cached_node).
     pub strip_node: fn(&mut Node),
+    /// The Event queue; the caller runs its writer (the runtime stops it after the controllers
+    /// drained, so their last Events are flushed).
+    pub events: EventBroadcaster,
 }
 
 impl ControllerContext {
@@ -111,11 +116,14 @@ impl ControllerContext {
             shutdown: params.shutdown,
             cluster_name: params.cluster_name,
             identity: params.identity,
+            events: params.events,
         }
     }
 
     /// A context for tests and embedding: a fresh metrics registry, its own shutdown token,
-    /// identity `standalone`. Informers run on the returned task set until `ctx.shutdown` fires.
+    /// identity `standalone`. Informers and the Event writer run on the returned task set until
+    /// `ctx.shutdown` fires (the writer then flushes the queued Events for up to
+    /// [`DEFAULT_FLUSH_TIMEOUT`]).
     pub fn standalone(
         client: Client,
         cloud: Arc<dyn CloudProvider>,
@@ -159,6 +167,8 @@ impl ControllerContext {
         );
         tasks.spawn(node_driver);
         tasks.spawn(service_driver);
+        let (events, event_writer) = EventBroadcaster::new(client.clone(), "standalone", &metrics);
+        tasks.spawn(event_writer.run(shutdown.clone(), DEFAULT_FLUSH_TIMEOUT));
         let ctx = ControllerContext {
             client,
             cloud,
@@ -169,6 +179,7 @@ impl ControllerContext {
             shutdown,
             cluster_name: cluster_name.to_owned(),
             identity: "standalone".to_owned(),
+            events,
         };
         (ctx, tasks)
     }
@@ -179,9 +190,10 @@ impl ControllerContext {
     }
 
     /// An event recorder reporting as `component` (Go's event source component, e.g.
-    /// `cloud-node-controller`).
+    /// `cloud-node-controller`). Its Events are queued and written by the process's one Event
+    /// writer; recording never waits.
     pub fn recorder(&self, component: &str) -> EventRecorder {
-        EventRecorder::new(self.client.clone(), component, &self.identity)
+        self.events.recorder(component)
     }
 
     /// A work queue named `name` with the given backoff, reporting to the work-queue metrics.

@@ -1,17 +1,213 @@
-//! Kubernetes Events, as the Go controllers emit them (same reasons, same types).
+//! Kubernetes Events, as the Go controllers emit them (same reasons, same types), written off
+//! the reconcile path.
 //!
-//! Built on kube's `Recorder`, which writes `events.k8s.io/v1` Events (shown by
-//! `kubectl describe` like core/v1 ones) and folds repeats within a few minutes into an event
-//! series. Events are best effort: a failure to publish is logged, never fails a reconcile.
+//! As client-go's `record.EventBroadcaster`: [`EventRecorder::normal`] and
+//! [`EventRecorder::warning`] only put the Event in a bounded queue
+//! ([`DEFAULT_QUEUE_CAPACITY`], client-go's `maxQueuedEvents`) and return; one task per process,
+//! the [`EventWriter`], writes them in order. A controller never waits for an Event write (an
+//! API request that also takes a token from the client's rate limiter), so a slow or failing
+//! events API cannot hold up node initialisation or load-balancer updates. When the queue is
+//! full the Event is dropped, as client-go drops it (`DropIfChannelFull`): counted in
+//! `event_recorder_events_total{result="dropped"}` and logged (at most one warning every 10 s).
+//!
+//! The writer publishes through kube's `Recorder`, which writes `events.k8s.io/v1` Events
+//! (shown by `kubectl describe` like core/v1 ones) and folds a repeat of the same (object,
+//! reason) within six minutes into the first Event's series (a PATCH instead of a new Event).
+//! Events are best effort: a failed write is logged and counted, never retried, and never fails
+//! a reconcile. At shutdown the writer flushes what is queued within a deadline.
 
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-/// Publishes Events for one controller component (e.g. `cloud-node-controller`).
+use crate::metrics::MetricsRegistry;
+
+/// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
+pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
+/// How long the writer keeps writing queued Events after it was told to stop.
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// kube's `Recorder` keeps every Event it wrote in the last six minutes (its `CACHE_TTL`) to
+/// fold repeats into a series; entries are evicted only by age, when it publishes.
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+/// Distinct (object, reason) series kept per component before the `Recorder` is replaced by a
+/// fresh one (its cache with it). Go's event correlator keeps an LRU of 4,096 entries.
+const SERIES_CACHE_ENTRIES: usize = 4096;
+/// At most one warning per this interval about dropped or failed Events.
+const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// One Event waiting to be written.
+struct Queued {
+    component: Arc<str>,
+    type_: EventType,
+    reason: String,
+    note: String,
+    regarding: ObjectReference,
+}
+
+/// Logs at most once per [`LOG_INTERVAL`], counting what it kept quiet about.
+#[derive(Debug, Default)]
+struct LogLimiter {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// `Some(suppressed since the last log)` when a log is due now.
+    fn allow(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < LOG_INTERVAL)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// What the recorders and the writer share.
+struct Shared {
+    tx: mpsc::Sender<Queued>,
+    capacity: usize,
+    counts: Family<ResultLabel, Counter>,
+    drop_log: Mutex<LogLimiter>,
+}
+
+impl Shared {
+    fn count(&self, result: &'static str, n: u64) {
+        self.counts.get_or_create(&ResultLabel { result }).inc_by(n);
+    }
+
+    fn dropped(&self, queued: &Queued, why: &str) {
+        self.count("dropped", 1);
+        let due = self
+            .drop_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow();
+        if let Some(suppressed) = due {
+            tracing::warn!(
+                component = %queued.component,
+                reason = %queued.reason,
+                object = queued.regarding.name.as_deref().unwrap_or_default(),
+                suppressed,
+                capacity = self.capacity,
+                "dropped an event: {why} (further drops in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total{{result=\"dropped\"}})"
+            );
+        }
+    }
+}
+
+/// The process's Event queue: hands out [`EventRecorder`]s; its [`EventWriter`] writes what
+/// they queue. Cheap to clone.
+#[derive(Clone)]
+pub struct EventBroadcaster {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EventBroadcaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBroadcaster")
+            .field("capacity", &self.shared.capacity)
+            .field("queued", &self.queued())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventBroadcaster {
+    /// A queue of [`DEFAULT_QUEUE_CAPACITY`] Events, reported as from `instance` (the
+    /// leader-election identity, or the hostname), and its writer, which does nothing until
+    /// [`EventWriter::run`] is spawned. Registers `event_recorder_events` in `metrics` (once
+    /// per registry).
+    pub fn new(client: Client, instance: &str, metrics: &MetricsRegistry) -> (Self, EventWriter) {
+        Self::with_capacity(client, instance, metrics, DEFAULT_QUEUE_CAPACITY)
+    }
+
+    /// Like [`EventBroadcaster::new`] with a queue of `capacity` Events (at least 1).
+    pub fn with_capacity(
+        client: Client,
+        instance: &str,
+        metrics: &MetricsRegistry,
+        capacity: usize,
+    ) -> (Self, EventWriter) {
+        let capacity = capacity.max(1);
+        let (tx, rx) = mpsc::channel(capacity);
+        let counts = Family::<ResultLabel, Counter>::default();
+        for result in ["written", "failed", "dropped"] {
+            let _ = counts.get_or_create(&ResultLabel { result });
+        }
+        metrics.register(
+            "event_recorder_events",
+            "Events by result: written (created, or a repeat patched into its series), failed (the API server refused or could not be reached), dropped (the queue was full, or the writer had stopped)",
+            counts.clone(),
+        );
+        let shared = Arc::new(Shared {
+            tx,
+            capacity,
+            counts,
+            drop_log: Mutex::new(LogLimiter::default()),
+        });
+        let writer = EventWriter {
+            rx,
+            client,
+            instance: instance.to_owned(),
+            shared: shared.clone(),
+            series: HashMap::new(),
+            fail_log: LogLimiter::default(),
+        };
+        (EventBroadcaster { shared }, writer)
+    }
+
+    /// A recorder reporting as `component` (Go's event source component, e.g.
+    /// `cloud-node-controller`).
+    pub fn recorder(&self, component: &str) -> EventRecorder {
+        EventRecorder {
+            component: Arc::from(component),
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// How many Events the queue holds at most.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity
+    }
+
+    /// How many Events wait in the queue now.
+    pub fn queued(&self) -> usize {
+        self.shared.capacity - self.shared.tx.capacity()
+    }
+
+    /// Resolves once the writer has stopped (flushed, or dropped): Events recorded from then
+    /// on are dropped.
+    pub async fn stopped(&self) {
+        self.shared.tx.closed().await;
+    }
+}
+
+/// Queues Events for one controller component (e.g. `cloud-node-controller`). Cheap to clone.
 #[derive(Clone)]
 pub struct EventRecorder {
-    recorder: Recorder,
-    component: String,
+    component: Arc<str>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for EventRecorder {
@@ -23,57 +219,317 @@ impl std::fmt::Debug for EventRecorder {
 }
 
 impl EventRecorder {
-    /// A recorder reporting as `component` from this process instance (`instance` is the
-    /// leader-election identity, or the hostname).
-    pub fn new(client: Client, component: &str, instance: &str) -> Self {
-        let reporter = Reporter {
-            controller: component.to_owned(),
-            instance: Some(instance.to_owned()),
-        };
-        EventRecorder {
-            recorder: Recorder::new(client, reporter),
-            component: component.to_owned(),
-        }
-    }
-
-    /// Emits a `Normal` event on `object`.
-    pub async fn normal<K>(&self, object: &K, reason: &str, note: impl Into<String>)
+    /// Queues a `Normal` event on `object`; never waits (see the module documentation).
+    pub fn normal<K>(&self, object: &K, reason: &str, note: impl Into<String>)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(object, EventType::Normal, reason, note.into())
-            .await;
+        self.enqueue(object, EventType::Normal, reason, note.into());
     }
 
-    /// Emits a `Warning` event on `object`.
-    pub async fn warning<K>(&self, object: &K, reason: &str, note: impl Into<String>)
+    /// Queues a `Warning` event on `object`; never waits (see the module documentation).
+    pub fn warning<K>(&self, object: &K, reason: &str, note: impl Into<String>)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.publish(object, EventType::Warning, reason, note.into())
-            .await;
+        self.enqueue(object, EventType::Warning, reason, note.into());
     }
 
-    async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
+    fn enqueue<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
     where
         K: Resource<DynamicType = ()>,
     {
-        let event = Event {
+        let queued = Queued {
+            component: self.component.clone(),
             type_,
             reason: reason.to_owned(),
-            note: Some(note),
-            action: reason.to_owned(),
+            note,
+            regarding: object.object_ref(&()),
+        };
+        match self.shared.tx.try_send(queued) {
+            Ok(()) => {}
+            Err(TrySendError::Full(queued)) => {
+                self.shared.dropped(&queued, "the event queue is full")
+            }
+            Err(TrySendError::Closed(queued)) => {
+                self.shared.dropped(&queued, "the event writer has stopped")
+            }
+        }
+    }
+}
+
+/// kube's `Recorder` of one component, and the series keys it holds (kube does not expose
+/// its cache's size, so the writer mirrors it to bound it).
+struct Series {
+    recorder: Recorder,
+    /// Hash of the series key → when it was last written.
+    seen: HashMap<u64, Instant>,
+}
+
+/// Writes the queued Events, in order, one at a time (as client-go's single recording
+/// goroutine). Spawn [`EventWriter::run`] once per [`EventBroadcaster`].
+pub struct EventWriter {
+    rx: mpsc::Receiver<Queued>,
+    client: Client,
+    instance: String,
+    shared: Arc<Shared>,
+    series: HashMap<Arc<str>, Series>,
+    fail_log: LogLimiter,
+}
+
+impl std::fmt::Debug for EventWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventWriter")
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventWriter {
+    /// Writes queued Events until `stop` fires; then writes what is still queued for at most
+    /// `flush_timeout` (a write in flight when `stop` fires gets the same deadline) and
+    /// returns. Events left over, and Events recorded afterwards, are dropped and counted.
+    pub async fn run(mut self, stop: CancellationToken, flush_timeout: Duration) {
+        let mut deadline: Option<Instant> = None;
+        while deadline.is_none() {
+            let queued = tokio::select! {
+                biased;
+                () = stop.cancelled() => break,
+                queued = self.rx.recv() => match queued {
+                    Some(queued) => queued,
+                    // Every sender is gone: nothing can be queued any more.
+                    None => return,
+                },
+                // Idle for longer than kube's series TTL: every cached entry has expired, so
+                // fresh recorders behave the same and the memory is returned.
+                () = tokio::time::sleep(SERIES_TTL), if !self.series.is_empty() => {
+                    self.series.clear();
+                    continue;
+                }
+            };
+            self.write(queued, &stop, flush_timeout, &mut deadline)
+                .await;
+        }
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + flush_timeout);
+        let mut flushed = 0u64;
+        while Instant::now() < deadline {
+            let Ok(queued) = self.rx.try_recv() else {
+                break;
+            };
+            self.write(queued, &stop, flush_timeout, &mut Some(deadline))
+                .await;
+            flushed += 1;
+        }
+        self.rx.close();
+        let mut left = 0u64;
+        while self.rx.try_recv().is_ok() {
+            left += 1;
+        }
+        if left > 0 {
+            self.shared.count("dropped", left);
+            tracing::warn!(
+                flushed,
+                left,
+                "event writer stopped: {left} queued events were not written within the flush deadline"
+            );
+        } else {
+            tracing::debug!(flushed, "event writer stopped; queued events flushed");
+        }
+    }
+
+    /// Writes one Event. Without a `deadline` the write runs until done unless `stop` fires,
+    /// which sets the deadline to now + `flush_timeout`; with one, the write is abandoned
+    /// (counted as dropped) when it passes.
+    async fn write(
+        &mut self,
+        queued: Queued,
+        stop: &CancellationToken,
+        flush_timeout: Duration,
+        deadline: &mut Option<Instant>,
+    ) {
+        let key = series_key(&queued);
+        let recorder = self.recorder_for(&queued.component, key);
+        let event = Event {
+            type_: queued.type_,
+            reason: queued.reason.clone(),
+            note: Some(queued.note.clone()),
+            action: queued.reason.clone(),
             secondary: None,
         };
-        let reference = object.object_ref(&());
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(
-                component = %self.component,
-                reason,
-                object = reference.name.as_deref().unwrap_or_default(),
-                %error,
-                "failed to publish event"
-            );
+        let regarding = queued.regarding.clone();
+        let publish = async move { recorder.publish(&event, &regarding).await };
+        tokio::pin!(publish);
+        let result = match *deadline {
+            Some(d) => tokio::time::timeout_at(d, publish).await.ok(),
+            None => tokio::select! {
+                biased;
+                result = &mut publish => Some(result),
+                () = stop.cancelled() => {
+                    let d = Instant::now() + flush_timeout;
+                    *deadline = Some(d);
+                    tokio::time::timeout_at(d, publish).await.ok()
+                }
+            },
+        };
+        match result {
+            Some(Ok(())) => {
+                self.shared.count("written", 1);
+                if let Some(series) = self.series.get_mut(&queued.component) {
+                    series.seen.insert(key, Instant::now());
+                }
+            }
+            Some(Err(error)) => {
+                self.shared.count("failed", 1);
+                if matches!(&error, kube::Error::Api(s) if s.is_not_found()) {
+                    // The series' first Event is gone (deleted, or expired on the server):
+                    // kube would keep patching it until its cache entry expires. Start over.
+                    self.series.remove(&queued.component);
+                }
+                if let Some(suppressed) = self.fail_log.allow() {
+                    tracing::warn!(
+                        component = %queued.component,
+                        reason = %queued.reason,
+                        object = queued.regarding.name.as_deref().unwrap_or_default(),
+                        %error,
+                        suppressed,
+                        "failed to publish event (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total{{result=\"failed\"}})"
+                    );
+                }
+            }
+            None => {
+                self.shared.count("dropped", 1);
+                tracing::warn!(
+                    component = %queued.component,
+                    reason = %queued.reason,
+                    object = queued.regarding.name.as_deref().unwrap_or_default(),
+                    "abandoned an event write at the flush deadline"
+                );
+            }
         }
+    }
+
+    /// The component's recorder, replaced by a fresh one when writing a new series would take
+    /// its cache past [`SERIES_CACHE_ENTRIES`].
+    fn recorder_for(&mut self, component: &Arc<str>, key: u64) -> Recorder {
+        let now = Instant::now();
+        let (client, instance) = (&self.client, &self.instance);
+        let fresh = || Series {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: component.to_string(),
+                    instance: Some(instance.clone()),
+                },
+            ),
+            seen: HashMap::new(),
+        };
+        let series = self.series.entry(component.clone()).or_insert_with(fresh);
+        // The same eviction kube's Recorder runs on its cache before each publish.
+        series
+            .seen
+            .retain(|_, written| now.duration_since(*written) < SERIES_TTL);
+        if !series.seen.contains_key(&key) && series.seen.len() >= SERIES_CACHE_ENTRIES {
+            tracing::debug!(
+                component = %component,
+                entries = series.seen.len(),
+                "event series cache full; starting a fresh one"
+            );
+            *series = fresh();
+        }
+        series.recorder.clone()
+    }
+}
+
+/// The fields of kube's series key that vary within one component's recorder: type, reason
+/// (also the action) and the object (reporter and the absent related object are the same).
+fn series_key(queued: &Queued) -> u64 {
+    let mut h = DefaultHasher::new();
+    matches!(queued.type_, EventType::Warning).hash(&mut h);
+    queued.reason.hash(&mut h);
+    let r = &queued.regarding;
+    (&r.api_version, &r.kind, &r.name, &r.namespace, &r.uid).hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_log_limiter_allows_one_log_per_interval_and_counts_the_rest() {
+        let mut l = LogLimiter::default();
+        assert_eq!(l.allow(), Some(0));
+        assert_eq!(l.allow(), None);
+        assert_eq!(l.allow(), None);
+        tokio::time::advance(LOG_INTERVAL).await;
+        assert_eq!(l.allow(), Some(2));
+        assert_eq!(l.allow(), None);
+    }
+
+    fn queued(reason: &str, name: &str, uid: &str) -> Queued {
+        Queued {
+            component: Arc::from("c"),
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: "note".into(),
+            regarding: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                ..ObjectReference::default()
+            },
+        }
+    }
+
+    #[test]
+    fn the_series_key_follows_type_reason_and_object_but_not_the_note() {
+        let a = queued("Synced", "n1", "u1");
+        let mut other_note = queued("Synced", "n1", "u1");
+        other_note.note = "other".into();
+        assert_eq!(series_key(&a), series_key(&other_note));
+        let mut warning = queued("Synced", "n1", "u1");
+        warning.type_ = EventType::Warning;
+        assert_ne!(series_key(&a), series_key(&warning));
+        assert_ne!(
+            series_key(&a),
+            series_key(&queued("SyncFailed", "n1", "u1"))
+        );
+        assert_ne!(series_key(&a), series_key(&queued("Synced", "n2", "u1")));
+        assert_ne!(series_key(&a), series_key(&queued("Synced", "n1", "u2")));
+    }
+
+    #[tokio::test]
+    async fn a_full_series_cache_starts_a_fresh_recorder_and_expired_entries_do_not_count() {
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let metrics = MetricsRegistry::new();
+        let (_events, mut writer) = EventBroadcaster::new(client, "test", &metrics);
+        let component: Arc<str> = Arc::from("c");
+        let _ = writer.recorder_for(&component, 0);
+        let now = Instant::now();
+        let full: HashMap<u64, Instant> =
+            (0..SERIES_CACHE_ENTRIES as u64).map(|k| (k, now)).collect();
+        let seen = |w: &EventWriter| w.series.get(&component).unwrap().seen.len();
+
+        // A repeat of a cached series keeps the cache (and so its folding).
+        writer.series.get_mut(&component).unwrap().seen = full.clone();
+        let _ = writer.recorder_for(&component, 7);
+        assert_eq!(seen(&writer), SERIES_CACHE_ENTRIES);
+        // A new series at the bound: a fresh recorder with an empty cache.
+        let _ = writer.recorder_for(&component, u64::MAX);
+        assert_eq!(seen(&writer), 0);
+
+        // Entries older than kube's TTL are evicted first, as kube evicts them.
+        let old = now.checked_sub(SERIES_TTL).unwrap();
+        let mut stale = full;
+        for (k, t) in stale.iter_mut() {
+            if *k % 2 == 0 {
+                *t = old;
+            }
+        }
+        writer.series.get_mut(&component).unwrap().seen = stale;
+        let _ = writer.recorder_for(&component, u64::MAX);
+        assert_eq!(seen(&writer), SERIES_CACHE_ENTRIES / 2);
     }
 }

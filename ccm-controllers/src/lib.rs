@@ -54,7 +54,7 @@ pub mod workqueue;
 
 pub use context::{ContextParams, ControllerContext, InformerScope};
 pub use error::ControllerError;
-pub use events::EventRecorder;
+pub use events::{EventBroadcaster, EventRecorder, EventWriter};
 pub use informer::{Change, Informer, Subscription};
 pub use metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use workqueue::{Backoff, Outcome, WorkQueue};

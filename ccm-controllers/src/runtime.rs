@@ -37,6 +37,7 @@ use crate::budget::{BudgetConfig, BudgetedProvider};
 use crate::context::{ContextParams, ControllerContext};
 use crate::controllers_flag::{ControllerSelection, KnownController};
 use crate::error::ControllerError;
+use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster};
 use crate::leader::{self, ElectionConfig, LeaderState};
 use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::options::{LogFormat, LoggingArgs, Options, format_go_duration};
@@ -795,6 +796,14 @@ impl LeadEnv {
     ) -> Lead {
         let work = shutdown.child_token();
         let mut informers = JoinSet::new();
+        // One Event writer for the process. It stops after the controllers drained (not with
+        // `work`), so the Events of their last in-flight work are flushed too.
+        let (events, event_writer) =
+            EventBroadcaster::new(self.client.clone(), &self.identity, &self.metrics);
+        let events_stop = CancellationToken::new();
+        let event_writer = AbortOnDropHandle::new(tokio::spawn(
+            event_writer.run(events_stop.clone(), DEFAULT_FLUSH_TIMEOUT),
+        ));
         let ctx = ControllerContext::start(
             ContextParams {
                 client: self.client.clone(),
@@ -805,6 +814,7 @@ impl LeadEnv {
                 cluster_name: self.options.cluster_name().to_owned(),
                 identity: self.identity.clone(),
                 strip_node: self.strip_node,
+                events,
             },
             &mut informers,
         );
@@ -881,9 +891,11 @@ impl LeadEnv {
         work.cancel();
         let lead = match outcome {
             Some(Lead::Lost(reason)) => {
-                // Another process leads now: stop at once.
+                // Another process leads now: stop at once (queued Events are dropped, as the
+                // Go process exits at once).
                 controllers.abort_all();
                 informers.abort_all();
+                event_writer.abort();
                 self.stop_all();
                 return Lead::Lost(reason);
             }
@@ -911,6 +923,9 @@ impl LeadEnv {
             );
             controllers.abort_all();
         }
+        // The controllers are done: flush their queued Events (bounded by the flush timeout).
+        events_stop.cancel();
+        let _ = event_writer.await;
         informers.abort_all();
         while informers.join_next().await.is_some() {}
         self.stop_all();

@@ -159,7 +159,7 @@ async fn gone_instance_is_deleted_after_two_answers_a_grace_period_apart() {
     // At least two "gone" answers: the first is only recorded.
     assert!(fake.call_count("instance_exists") >= 2);
     assert_eq!(fake.call_count("instance_shutdown"), 0);
-    let events = t.events(&name).await;
+    let events = t.events_including(&name, "DeletingNode").await;
     assert!(
         events.contains(&(
             "Normal".into(),
@@ -347,7 +347,7 @@ async fn failed_delete_emits_deleting_node_failed_and_is_retried() {
     let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
 
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
-    let events = t.events(&name).await;
+    let events = t.events_including(&name, "DeletingNodeFailed").await;
     let failed = events
         .iter()
         .find(|e| e.1 == "DeletingNodeFailed")

@@ -145,6 +145,24 @@ impl Harness {
         .unwrap()
     }
 
+    /// Waits until the controller's own Node informer shows the condition: unlike
+    /// [`Harness::wait_condition`] the test sends no request, so the API server's request log
+    /// for the Node holds only the controller's.
+    async fn wait_condition_cached(&self, node: &str, status: &str, reason: &str) {
+        let set = eventually(WAIT, || async {
+            self.ctx
+                .nodes
+                .get(node)
+                .and_then(|n| network_unavailable(&n))
+                .is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason))
+        })
+        .await;
+        assert!(
+            set,
+            "NetworkUnavailable={status} ({reason}) never reached the informer"
+        );
+    }
+
     /// Waits until the controller made no cloud call for a while (a reconcile queued behind
     /// the one a test waited for may still run). A wait, not an assertion.
     async fn settle(&self) {
@@ -756,7 +774,7 @@ async fn a_conflicting_condition_write_is_retried_on_a_fresh_read() {
     server.fail_next("patch", "nodes/status", 1, 409, None);
     let node = h.node("conflict", &["10.118.1.0/24"]).await;
     let n = name(&node);
-    h.wait_condition(&n, "False", "RouteCreated").await;
+    h.wait_condition_cached(&n, "False", "RouteCreated").await;
     let patches: Vec<_> = server
         .requests()
         .into_iter()
@@ -773,13 +791,56 @@ async fn a_conflicting_condition_write_is_retried_on_a_fresh_read() {
         patches[1].content_type.as_deref(),
         Some("application/strategic-merge-patch+json")
     );
-    // Each attempt read the Node first.
+    // The first attempt was decided on the informer's copy; only the conflict made the
+    // controller read the Node.
     let gets = server
         .requests()
         .into_iter()
-        .filter(|r| r.verb == "get" && r.name.as_deref() == Some(n.as_str()))
+        .filter(|r| {
+            r.verb == "get" && r.resource == "nodes" && r.name.as_deref() == Some(n.as_str())
+        })
         .count();
-    assert!(gets >= 2, "{gets}");
+    assert_eq!(gets, 1);
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_nodes_route_and_condition_cost_one_status_patch_and_no_read() {
+    let h = Harness::start(FakeCloud::default(), test_config(&cidr(121))).await;
+    let Some(server) = h.cluster.api_server() else {
+        // Needs the request log: the in-process API server only.
+        h.stop().await;
+        return;
+    };
+    let node = h.node("cheap", &["10.121.1.0/24"]).await;
+    let n = name(&node);
+    h.wait_routes(&n, &["10.121.1.0/24"]).await;
+    h.wait_condition_cached(&n, "False", "RouteCreated").await;
+    h.settle().await;
+    let requests: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "nodes" && r.name.as_deref() == Some(n.as_str()))
+        .collect();
+    let count = |verb: &str, sub: Option<&str>| {
+        requests
+            .iter()
+            .filter(|r| r.verb == verb && r.subresource.as_deref() == sub)
+            .count()
+    };
+    assert_eq!(count("patch", Some("status")), 1, "{requests:#?}");
+    assert_eq!(count("get", None), 0, "{requests:#?}");
+    assert_eq!(
+        requests.iter().filter(|r| r.verb != "create").count(),
+        1,
+        "nothing but the test's create and the status patch: {requests:#?}"
+    );
+    let patch = requests.iter().find(|r| r.verb == "patch").unwrap();
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/strategic-merge-patch+json")
+    );
+    assert_eq!(patch.status, 200);
     h.stop().await;
 }
 

@@ -614,6 +614,8 @@ async fn events_and_status_use_go_wording_on_delete() {
     }
     wait_for_deletion(&api, &name, TIMEOUT).await.unwrap();
     assert!(cloud_lbs(&fake, &ns).is_empty());
+    // Events are written in the order they were recorded: the last one implies the others.
+    wait_event(&cluster, &ns, &name, "DeletedLoadBalancer").await;
     let evs: BTreeMap<String, String> = events(&cluster, &ns, &name)
         .await
         .into_iter()

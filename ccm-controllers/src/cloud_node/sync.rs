@@ -120,7 +120,7 @@ impl Shared {
         }
     }
 
-    async fn warn(&self, node: &Node, step: Step, error: &(dyn std::fmt::Display + Send + Sync)) {
+    fn warn(&self, node: &Node, step: Step, error: &(dyn std::fmt::Display + Send + Sync)) {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         tracing::warn!(node = %name, step = step.as_str(), %error, "failed to sync node");
         let note = match step {
@@ -130,7 +130,7 @@ impl Shared {
             Step::Update => format!("Failed to update node {name}: {error}"),
             Step::Addresses => format!("Failed to update the addresses of node {name}: {error}"),
         };
-        self.recorder.warning(node, REASON_SYNC_FAILED, note).await;
+        self.recorder.warning(node, REASON_SYNC_FAILED, note);
     }
 
     /// Initialises a tainted node: metadata from the cloud (one call with `InstancesV2`), then
@@ -168,7 +168,7 @@ impl Shared {
                 return Outcome::RequeueAfter(after);
             }
             Err(e) => {
-                self.warn(&node, e.step, &e.source).await;
+                self.warn(&node, e.step, &e.source);
                 return Outcome::Failed;
             }
         };
@@ -180,7 +180,7 @@ impl Shared {
                 }
             }
             Err(e) => {
-                self.warn(&node, e.step(), &e).await;
+                self.warn(&node, e.step(), &e);
                 return Outcome::Failed;
             }
         }
@@ -202,11 +202,11 @@ impl Shared {
             Ok((_, false)) => return Outcome::Done,
             Err(PatchError::NotFound) => return Outcome::Done,
             Err(PatchError::Plan(e)) => {
-                self.warn(&node, e.step(), &e).await;
+                self.warn(&node, e.step(), &e);
                 return Outcome::Failed;
             }
             Err(e) => {
-                self.warn(&node, Step::Update, &e).await;
+                self.warn(&node, Step::Update, &e);
                 return Outcome::Failed;
             }
         };
@@ -219,7 +219,7 @@ impl Shared {
             Err(e) => {
                 // Unreachable in practice (validated above against the same cloud list), but
                 // an annotation changed concurrently could get here.
-                self.warn(&updated, Step::NodeIp, &e).await;
+                self.warn(&updated, Step::NodeIp, &e);
                 return Outcome::Failed;
             }
         };
@@ -241,7 +241,7 @@ impl Shared {
                 Err(kube::Error::Api(s)) if s.code == 404 => return Outcome::Done,
                 Err(e) => {
                     lock(&self.pending_addresses).insert(name.clone(), (uid(&node), addresses));
-                    self.warn(&node, Step::Addresses, &e).await;
+                    self.warn(&node, Step::Addresses, &e);
                     return Outcome::Failed;
                 }
             },
@@ -249,8 +249,7 @@ impl Shared {
         lock(&self.pending_addresses).remove(&name);
         tracing::info!(node = %name, "node synced");
         self.recorder
-            .normal(&node, REASON_SYNCED, "Node synced successfully")
-            .await;
+            .normal(&node, REASON_SYNCED, "Node synced successfully");
         self.metrics.initial_sync_done(&node);
         Outcome::Done
     }

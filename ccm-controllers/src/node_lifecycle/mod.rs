@@ -340,13 +340,11 @@ impl Lifecycle {
             return;
         };
         tracing::info!(node = %name, "deleting node since it is no longer present in cloud provider");
-        self.recorder
-            .normal(
-                node,
-                REASON_DELETING_NODE,
-                format!("Deleting node {name} because it does not exist in the cloud provider"),
-            )
-            .await;
+        self.recorder.normal(
+            node,
+            REASON_DELETING_NODE,
+            format!("Deleting node {name} because it does not exist in the cloud provider"),
+        );
         let params = DeleteParams {
             preconditions: Some(Preconditions {
                 uid: Some(uid),
@@ -367,13 +365,11 @@ impl Lifecycle {
             }
             Err(error) => {
                 tracing::warn!(node = %name, %error, "unable to delete node");
-                self.recorder
-                    .warning(
-                        node,
-                        REASON_DELETING_NODE_FAILED,
-                        format!("Failed to delete node {name}: {error}"),
-                    )
-                    .await;
+                self.recorder.warning(
+                    node,
+                    REASON_DELETING_NODE_FAILED,
+                    format!("Failed to delete node {name}: {error}"),
+                );
                 self.metrics.count("delete_failed");
             }
         }

@@ -27,7 +27,7 @@
 
 pub mod plan;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -216,6 +216,7 @@ pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), Cont
         retries: ctx.queue(RETRY_QUEUE_NAME, config.create_retry_backoff),
         reconcile_lock: RwLock::new(()),
         pending: Mutex::new(HashSet::new()),
+        written: Mutex::new(HashMap::new()),
         metrics,
         ctx,
         config,
@@ -336,6 +337,17 @@ struct RouteController {
     reconcile_lock: RwLock<()>,
     /// Creates that failed in the last reconcile and have not succeeded since.
     pending: Mutex<HashSet<RouteKey>>,
+    /// Conditions written whose watch event the Node informer has not delivered yet, by Node
+    /// name: without them a reconcile right after a write would see the old condition in the
+    /// cache and write it again.
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// A `NetworkUnavailable` write, and the resourceVersion of the cached Node it was decided on.
+#[derive(Debug)]
+struct Written {
+    decided_on: Option<String>,
+    desired: DesiredCondition,
 }
 
 /// What went wrong while executing a plan.
@@ -518,13 +530,13 @@ impl RouteController {
             }
             *pending = failed.clone();
         }
-        futures::future::join_all(events.iter().map(|(node, note)| {
+        for (node, note) in events {
             self.recorder
-                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note.clone())
-        }))
-        .await;
+                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+        }
 
         // Conditions.
+        self.prune_written();
         let updates = plan::condition_updates(&plan, &failed);
         futures::stream::iter(updates)
             .for_each_concurrent(CONDITION_WRITERS, |(name, desired)| async move {
@@ -601,8 +613,7 @@ impl RouteController {
                 None => {
                     let note = failed_create_message(&create, started.elapsed(), &error);
                     self.recorder
-                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note)
-                        .await;
+                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
                     Outcome::Failed
                 }
             },
@@ -610,54 +621,35 @@ impl RouteController {
     }
 
     /// Writes the `NetworkUnavailable` condition through the status subresource: a strategic
-    /// merge patch of this one condition (merge key `type`, so other conditions are untouched)
-    /// with the Node's resourceVersion as a precondition, decided on a fresh read and retried on
-    /// conflict. `lastTransitionTime` changes only when the status does.
+    /// merge patch of this one condition (merge key `type`, so other conditions are untouched),
+    /// decided on the informer's cached Node, without reading it first (see
+    /// [`plan::condition_patch`] for `lastTransitionTime` and when the patch carries a
+    /// resourceVersion precondition). A conflict is decided again on a fresh read; other
+    /// failures are retried from the cache (Go: 5 attempts, 100 ms apart).
     async fn set_condition(&self, name: &str, desired: DesiredCondition) {
         let api: Api<Node> = Api::all(self.ctx.client.clone());
+        let mut fresh: Option<Arc<Node>> = None;
         for attempt in 0..CONDITION_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(CONDITION_RETRY_DELAY).await;
             }
-            let node = match api.get_opt(name).await {
-                Ok(Some(node)) => node,
-                Ok(None) => return,
-                Err(error) => {
-                    tracing::warn!(node = name, %error, "could not read node to set its NetworkUnavailable condition");
-                    continue;
+            let node = match fresh.take() {
+                Some(node) => node,
+                None => {
+                    let Some(cached) = self.ctx.nodes.get(name) else {
+                        // Deleted (the reconcile its deletion triggers cleans up).
+                        return;
+                    };
+                    if self.written_since(&cached, desired) {
+                        return;
+                    }
+                    cached
                 }
             };
-            let existing = node
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == plan::NETWORK_UNAVAILABLE));
-            let current = existing.map(|c| plan::CurrentCondition {
-                status: c.status.clone(),
-                reason: c.reason.clone().unwrap_or_default(),
-            });
-            if !desired.differs_from(current.as_ref()) {
-                return;
-            }
             let now = Time(jiff::Timestamp::now());
-            let transition = match existing {
-                Some(c) if c.status == desired.status => c
-                    .last_transition_time
-                    .clone()
-                    .unwrap_or_else(|| now.clone()),
-                _ => now.clone(),
+            let Some(patch) = plan::condition_patch(&node, &desired, &now) else {
+                return;
             };
-            let patch = serde_json::json!({
-                "metadata": { "resourceVersion": node.metadata.resource_version },
-                "status": { "conditions": [{
-                    "type": plan::NETWORK_UNAVAILABLE,
-                    "status": desired.status,
-                    "reason": desired.reason,
-                    "message": desired.message,
-                    "lastTransitionTime": transition,
-                    "lastHeartbeatTime": now,
-                }]},
-            });
             match api
                 .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
                 .await
@@ -669,14 +661,22 @@ impl RouteController {
                         reason = desired.reason,
                         "set NetworkUnavailable"
                     );
+                    self.remember_written(&node, desired);
                     return;
                 }
                 Err(kube::Error::Api(status)) if status.is_not_found() => return,
                 Err(kube::Error::Api(status)) if status.is_conflict() => {
                     tracing::debug!(
                         node = name,
-                        "conflict setting NetworkUnavailable; retrying on a fresh read"
+                        "conflict setting NetworkUnavailable; deciding again on a fresh read"
                     );
+                    match api.get_opt(name).await {
+                        Ok(Some(node)) => fresh = Some(Arc::new(node)),
+                        Ok(None) => return,
+                        Err(error) => {
+                            tracing::warn!(node = name, %error, "could not read node to set its NetworkUnavailable condition");
+                        }
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(node = name, %error, "could not set NetworkUnavailable");
@@ -687,6 +687,50 @@ impl RouteController {
             node = name,
             "giving up setting NetworkUnavailable for now; the next reconcile tries again"
         );
+    }
+
+    fn written(&self) -> MutexGuard<'_, HashMap<String, Written>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this controller already wrote `desired` on the Node after the version `cached`
+    /// is (the informer has not delivered the write yet): writing it again would only repeat
+    /// it. Once the cache has moved on, the entry is dropped and the cache decides.
+    fn written_since(&self, cached: &Node, desired: DesiredCondition) -> bool {
+        let name = cached.metadata.name.as_deref().unwrap_or_default();
+        let mut written = self.written();
+        match written.get(name) {
+            Some(w) if w.decided_on == cached.metadata.resource_version => w.desired == desired,
+            Some(_) => {
+                written.remove(name);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers a successful write decided on `node` (see [`RouteController::written_since`]).
+    fn remember_written(&self, node: &Node, desired: DesiredCondition) {
+        if let Some(name) = node.metadata.name.clone() {
+            self.written().insert(
+                name,
+                Written {
+                    decided_on: node.metadata.resource_version.clone(),
+                    desired,
+                },
+            );
+        }
+    }
+
+    /// Drops the remembered writes the informer has delivered by now (or whose Node is gone),
+    /// so the map holds only writes in flight through the watch.
+    fn prune_written(&self) {
+        self.written().retain(|name, w| {
+            self.ctx
+                .nodes
+                .get(name)
+                .is_some_and(|n| n.metadata.resource_version == w.decided_on)
+        });
     }
 }
 

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use ccm_core::Route;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The Node condition type the route controller owns.
 pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
@@ -247,6 +248,55 @@ impl DesiredCondition {
             None => true,
         }
     }
+}
+
+/// The strategic-merge patch of a Node's `status` that writes `desired` as its
+/// `NetworkUnavailable` condition, decided on `node` (normally the informer's cached copy), or
+/// `None` when the condition already has the desired status and reason (Go's skip rule).
+///
+/// The condition is merged by its `type` (the merge key of `status.conditions`), so no other
+/// condition is touched, as Go's `nodeutil.SetNodeCondition`. `lastHeartbeatTime` is `now`;
+/// `lastTransitionTime` is kept from the current condition when the status stays the same and
+/// is `now` when it changes (Go sets `now` on every write). Keeping it copies a value read from
+/// `node`, which may be stale, so exactly then the patch carries `node`'s resourceVersion as a
+/// precondition: if the Node changed since, the API server answers `409 Conflict` and the
+/// caller decides again on a fresh read. A patch that changes the status is right whatever the
+/// Node holds now and carries no precondition, so it cannot conflict with others' writes.
+pub fn condition_patch(
+    node: &Node,
+    desired: &DesiredCondition,
+    now: &Time,
+) -> Option<serde_json::Value> {
+    let existing = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE));
+    let current = existing.map(|c| CurrentCondition {
+        status: c.status.clone(),
+        reason: c.reason.clone().unwrap_or_default(),
+    });
+    if !desired.differs_from(current.as_ref()) {
+        return None;
+    }
+    let kept_transition = existing
+        .filter(|c| c.status == desired.status)
+        .and_then(|c| c.last_transition_time.clone());
+    let condition = serde_json::json!({
+        "type": NETWORK_UNAVAILABLE,
+        "status": desired.status,
+        "reason": desired.reason,
+        "message": desired.message,
+        "lastTransitionTime": kept_transition.as_ref().unwrap_or(now),
+        "lastHeartbeatTime": now,
+    });
+    let mut patch = serde_json::json!({ "status": { "conditions": [condition] } });
+    if kept_transition.is_some()
+        && let Some(rv) = node.metadata.resource_version.as_deref()
+    {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
+    Some(patch)
 }
 
 /// Whether the controller is responsible for a route: its destination CIDR parses and its
@@ -983,6 +1033,102 @@ mod tests {
         let p = plan(std::slice::from_ref(&a), &[], &v4());
         let failed: HashSet<RouteKey> = [RouteKey::new("a", "10.244.1.0/24")].into();
         assert!(condition_updates(&p, &failed).is_empty());
+    }
+
+    fn node_with_condition(status: Option<(&str, &str)>) -> Node {
+        use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
+        let mut conditions = vec![NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..NodeCondition::default()
+        }];
+        if let Some((status, reason)) = status {
+            conditions.push(NodeCondition {
+                type_: NETWORK_UNAVAILABLE.into(),
+                status: status.into(),
+                reason: Some(reason.into()),
+                message: Some("before".into()),
+                last_transition_time: Some(t0()),
+                last_heartbeat_time: Some(t0()),
+            });
+        }
+        Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: Some("42".into()),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                conditions: Some(conditions),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    fn t0() -> Time {
+        Time("2020-01-01T00:00:00Z".parse().unwrap())
+    }
+
+    fn t1() -> Time {
+        Time("2026-01-01T00:00:00Z".parse().unwrap())
+    }
+
+    #[test]
+    fn a_new_condition_is_patched_by_type_at_now_without_a_precondition() {
+        let patch = condition_patch(
+            &node_with_condition(None),
+            &DesiredCondition::ROUTE_CREATED,
+            &t1(),
+        )
+        .unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!({"status": {"conditions": [{
+                "type": "NetworkUnavailable",
+                "status": "False",
+                "reason": "RouteCreated",
+                "message": "RouteController created a route",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+            }]}})
+        );
+    }
+
+    #[test]
+    fn a_status_change_moves_the_transition_time_and_needs_no_precondition() {
+        let node = node_with_condition(Some(("True", "NoRouteCreated")));
+        let patch = condition_patch(&node, &DesiredCondition::ROUTE_CREATED, &t1()).unwrap();
+        let c = &patch["status"]["conditions"][0];
+        assert_eq!(c["status"], "False");
+        assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert!(patch.get("metadata").is_none(), "{patch}");
+    }
+
+    #[test]
+    fn another_reason_keeps_the_cached_transition_time_under_a_resource_version_precondition() {
+        let node = node_with_condition(Some(("False", "CalicoIsUp")));
+        let patch = condition_patch(&node, &DesiredCondition::ROUTE_CREATED, &t1()).unwrap();
+        let c = &patch["status"]["conditions"][0];
+        assert_eq!(c["reason"], "RouteCreated");
+        assert_eq!(c["message"], "RouteController created a route");
+        assert_eq!(c["lastTransitionTime"], "2020-01-01T00:00:00Z");
+        assert_eq!(c["lastHeartbeatTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+    }
+
+    #[test]
+    fn the_same_status_and_reason_is_not_patched() {
+        let node = node_with_condition(Some(("False", "RouteCreated")));
+        assert_eq!(
+            condition_patch(&node, &DesiredCondition::ROUTE_CREATED, &t1()),
+            None
+        );
+        let node = node_with_condition(Some(("True", "NoRouteCreated")));
+        assert_eq!(
+            condition_patch(&node, &DesiredCondition::NO_ROUTE_CREATED, &t1()),
+            None
+        );
     }
 
     #[test]

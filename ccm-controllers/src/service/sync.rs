@@ -202,8 +202,7 @@ async fn service_events(shared: Arc<Shared>, mut changes: Subscription<Service>)
             } => {
                 if let Some(trigger) = plan::update_trigger(&old, &new) {
                     if let Some((reason, note)) = trigger.event {
-                        let (recorder, new) = (shared.recorder.clone(), new.clone());
-                        tokio::spawn(async move { recorder.normal(&*new, reason, note).await });
+                        shared.recorder.normal(&*new, reason, note);
                     }
                     shared.queue.add(key_of(&new));
                 } else if plan::needs_cleanup(&new) {
@@ -406,8 +405,7 @@ impl Shared {
             return Err(Step::Failed);
         };
         self.recorder
-            .normal(service, "DeletingLoadBalancer", "Deleting load balancer")
-            .await;
+            .normal(service, "DeletingLoadBalancer", "Deleting load balancer");
         match lb
             .ensure_load_balancer_deleted(self.cluster(), service)
             .await
@@ -415,19 +413,16 @@ impl Shared {
             Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
             Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
             Err(error) => {
-                self.recorder
-                    .warning(
-                        service,
-                        "DeleteLoadBalancerFailed",
-                        format!("Error deleting load balancer: {error}"),
-                    )
-                    .await;
+                self.recorder.warning(
+                    service,
+                    "DeleteLoadBalancerFailed",
+                    format!("Error deleting load balancer: {error}"),
+                );
                 return Err(Step::Failed);
             }
         }
         self.recorder
-            .normal(service, "DeletedLoadBalancer", "Deleted load balancer")
-            .await;
+            .normal(service, "DeletedLoadBalancer", "Deleted load balancer");
         Ok(())
     }
 
@@ -475,30 +470,25 @@ impl Shared {
                 &*service,
                 "SyncLoadBalancerFailed",
                 "Error syncing load balancer: the Service kept changing while its finalizer was being written",
-            )
-            .await;
+            );
         Err(Step::Failed)
     }
 
-    async fn sync_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
-        self.recorder
-            .warning(
-                service,
-                "SyncLoadBalancerFailed",
-                format!("Error syncing load balancer: {error}"),
-            )
-            .await;
+    fn sync_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
+        self.recorder.warning(
+            service,
+            "SyncLoadBalancerFailed",
+            format!("Error syncing load balancer: {error}"),
+        );
         Step::Failed
     }
 
-    async fn delete_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
-        self.recorder
-            .warning(
-                service,
-                "DeleteLoadBalancerFailed",
-                format!("Error deleting load balancer: {error}"),
-            )
-            .await;
+    fn delete_failed(&self, service: &Service, error: impl std::fmt::Display) -> Step {
+        self.recorder.warning(
+            service,
+            "DeleteLoadBalancerFailed",
+            format!("Error deleting load balancer: {error}"),
+        );
         Step::Failed
     }
 
@@ -508,31 +498,26 @@ impl Shared {
             return Err(Step::Failed);
         };
         self.recorder
-            .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer")
-            .await;
+            .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer");
         // The finalizer goes on before anything exists in the cloud.
         let service = match self.add_finalizer(service).await {
             Ok(s) => s,
             Err(AddFinalizer::Step(step)) => return Err(step),
             Err(AddFinalizer::Error(e)) => {
-                return Err(self
-                    .sync_failed(
-                        service,
-                        format!("failed to add load balancer cleanup finalizer: {e}"),
-                    )
-                    .await);
+                return Err(self.sync_failed(
+                    service,
+                    format!("failed to add load balancer cleanup finalizer: {e}"),
+                ));
             }
         };
         let host_set = self.eligible_hosts();
         let hosts: &[Arc<Node>] = &host_set.nodes;
         if hosts.is_empty() {
-            self.recorder
-                .warning(
-                    &*service,
-                    "UnAvailableLoadBalancer",
-                    "There are no available nodes for LoadBalancer",
-                )
-                .await;
+            self.recorder.warning(
+                &*service,
+                "UnAvailableLoadBalancer",
+                "There are no available nodes for LoadBalancer",
+            );
         }
         // Remembered before the call, as Go does: a node sync compares against what the cloud
         // was last asked for.
@@ -548,14 +533,13 @@ impl Shared {
             }
             Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
             Err(error) => {
-                return Err(self
-                    .sync_failed(&service, format!("failed to ensure load balancer: {error}"))
-                    .await);
+                return Err(
+                    self.sync_failed(&service, format!("failed to ensure load balancer: {error}"))
+                );
             }
         };
         self.recorder
-            .normal(&*service, "EnsuredLoadBalancer", "Ensured load balancer")
-            .await;
+            .normal(&*service, "EnsuredLoadBalancer", "Ensured load balancer");
         self.write_status(&service, &status).await
     }
 
@@ -568,8 +552,7 @@ impl Shared {
             Ok(None) => {}
             Ok(Some(_)) => {
                 self.recorder
-                    .normal(&**service, "DeletingLoadBalancer", "Deleting load balancer")
-                    .await;
+                    .normal(&**service, "DeletingLoadBalancer", "Deleting load balancer");
                 match lb
                     .ensure_load_balancer_deleted(self.cluster(), service)
                     .await
@@ -577,40 +560,33 @@ impl Shared {
                     Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
                     Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
                     Err(error) => {
-                        return Err(self
-                            .delete_failed(
-                                service,
-                                format!("failed to delete load balancer: {error}"),
-                            )
-                            .await);
+                        return Err(self.delete_failed(
+                            service,
+                            format!("failed to delete load balancer: {error}"),
+                        ));
                     }
                 }
             }
             Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
             Err(error) => {
-                return Err(self
-                    .delete_failed(
-                        service,
-                        format!("failed to check if load balancer exists before cleanup: {error}"),
-                    )
-                    .await);
+                return Err(self.delete_failed(
+                    service,
+                    format!("failed to check if load balancer exists before cleanup: {error}"),
+                ));
             }
         }
         match self.remove_finalizer(service).await {
             Ok(()) => {}
             Err(RemoveFinalizer::Step(step)) => return Err(step),
             Err(RemoveFinalizer::Error(e)) => {
-                return Err(self
-                    .delete_failed(
-                        service,
-                        format!("failed to remove load balancer cleanup finalizer: {e}"),
-                    )
-                    .await);
+                return Err(self.delete_failed(
+                    service,
+                    format!("failed to remove load balancer cleanup finalizer: {e}"),
+                ));
             }
         }
         self.recorder
-            .normal(&**service, "DeletedLoadBalancer", "Deleted load balancer")
-            .await;
+            .normal(&**service, "DeletedLoadBalancer", "Deleted load balancer");
         match self
             .write_status(service, &LoadBalancerStatus::default())
             .await
@@ -641,12 +617,10 @@ impl Shared {
         {
             Ok(_) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
-            Err(e) => Err(self
-                .sync_failed(
-                    service,
-                    format!("failed to update load balancer status: {e}"),
-                )
-                .await),
+            Err(e) => Err(self.sync_failed(
+                service,
+                format!("failed to update load balancer status: {e}"),
+            )),
         }
     }
 
@@ -802,21 +776,17 @@ impl Shared {
         let error = match result {
             Ok(()) => {
                 if hosts.is_empty() {
-                    self.recorder
-                        .warning(
-                            &*service,
-                            "UnAvailableLoadBalancer",
-                            "There are no available nodes for LoadBalancer",
-                        )
-                        .await;
+                    self.recorder.warning(
+                        &*service,
+                        "UnAvailableLoadBalancer",
+                        "There are no available nodes for LoadBalancer",
+                    );
                 } else {
-                    self.recorder
-                        .normal(
-                            &*service,
-                            "UpdatedLoadBalancer",
-                            "Updated load balancer with new hosts",
-                        )
-                        .await;
+                    self.recorder.normal(
+                        &*service,
+                        "UpdatedLoadBalancer",
+                        "Updated load balancer with new hosts",
+                    );
                 }
                 return;
             }
@@ -847,13 +817,11 @@ impl Shared {
         }
         self.metrics.nodesync_error.inc();
         tracing::warn!(controller = NAME, %key, %error, "failed to update load balancer hosts; falling back to a full ensure");
-        self.recorder
-            .warning(
-                &*service,
-                "UpdateLoadBalancerFailed",
-                plan::update_failed_note(&keys, &error.to_string()),
-            )
-            .await;
+        self.recorder.warning(
+            &*service,
+            "UpdateLoadBalancerFailed",
+            plan::update_failed_note(&keys, &error.to_string()),
+        );
         // Falls back to a full ensure of this Service, at once (not rate limited), as Go does.
         self.queue.add(key.to_owned());
     }

@@ -101,6 +101,25 @@ impl Test {
     }
 }
 
+impl Test {
+    /// The node's events once one with `reason` has been written. Events are written by a
+    /// background task, in the order they were recorded, so the ones recorded before it are
+    /// there too.
+    pub(crate) async fn events_including(
+        &self,
+        node: &str,
+        reason: &str,
+    ) -> Vec<(String, String, String)> {
+        let found = ccm_testing::wait::eventually(TIMEOUT, || async {
+            self.events(node).await.iter().any(|e| e.1 == reason)
+        })
+        .await;
+        let events = self.events(node).await;
+        assert!(found, "no {reason} event for {node}; events: {events:?}");
+        events
+    }
+}
+
 /// A running controller and its informers.
 pub(crate) struct Running {
     pub ctx: ControllerContext,

@@ -1,0 +1,409 @@
+//! Events are queued and written by one task: recording never waits for the events API, the
+//! queue is bounded (overflow is dropped and counted), and stopping flushes what is queued.
+//!
+//! The controller tests make every Event write hang: the in-process API server answers the
+//! next Event create with `429` and `Retry-After: 3600`, which kube's client honours by waiting
+//! an hour before it retries. A controller that awaited its Events would stop there; these show
+//! the object work finishing anyway. They need fault injection, so they run on the in-process
+//! API server only; the queue tests also run against a real cluster (`CCM_TEST_KUBECONFIG`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod node_common;
+mod service_common;
+
+use std::time::Duration;
+
+use ccm_controllers::cloud_node::{self, CloudNodeConfig};
+use ccm_controllers::events::EventBroadcaster;
+use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
+use ccm_testing::TestCluster;
+use ccm_testing::builders::{kubelet_node, load_balancer_service};
+use ccm_testing::fake_cloud::{FakeCloud, Fault};
+use ccm_testing::wait::{eventually, wait_for};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, ListParams, ObjectMeta};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+/// Long enough that a hung Event write never finishes during a test.
+const HANG: Duration = Duration::from_secs(3600);
+
+/// A Service object to hang Events on (it need not exist).
+fn subject(ns: &str, name: &str) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(ns.to_owned()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectMeta::default()
+        },
+        ..Service::default()
+    }
+}
+
+/// The Events regarding `name` in `ns`.
+async fn events_of(client: &Client, ns: &str, name: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    let mut events: Vec<Event> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .collect();
+    events.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    events
+}
+
+fn reasons(events: &[Event]) -> Vec<String> {
+    let mut r: Vec<String> = events
+        .iter()
+        .map(|e| e.reason.clone().unwrap_or_default())
+        .collect();
+    r.sort();
+    r
+}
+
+async fn wait_events(client: &Client, ns: &str, name: &str, n: usize) -> Vec<Event> {
+    let arrived = eventually(WAIT, || async {
+        events_of(client, ns, name).await.len() >= n
+    })
+    .await;
+    let events = events_of(client, ns, name).await;
+    assert!(arrived, "want {n} events on {ns}/{name}, have {events:#?}");
+    events
+}
+
+/// `event_recorder_events_total{result="<result>"}`.
+fn counted(metrics: &MetricsRegistry, result: &str) -> u64 {
+    let text = metrics.encode().unwrap();
+    let prefix = format!("event_recorder_events_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+}
+
+#[tokio::test]
+async fn events_arrive_with_their_type_reason_note_and_reporter_and_repeats_fold() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let (ctx, mut tasks) =
+        ControllerContext::standalone(cluster.client(), FakeCloud::default().provider(), "k");
+    let recorder = ctx.recorder("test-controller");
+    let object = subject(&ns, &name);
+    recorder.normal(&object, "EnsuringLoadBalancer", "Ensuring load balancer");
+    recorder.warning(&object, "SyncLoadBalancerFailed", "Error syncing: boom");
+
+    let events = wait_events(&cluster.client(), &ns, &name, 2).await;
+    let normal = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("EnsuringLoadBalancer"))
+        .unwrap();
+    assert_eq!(normal.type_.as_deref(), Some("Normal"));
+    assert_eq!(normal.note.as_deref(), Some("Ensuring load balancer"));
+    assert_eq!(normal.action.as_deref(), Some("EnsuringLoadBalancer"));
+    assert_eq!(
+        normal.reporting_controller.as_deref(),
+        Some("test-controller")
+    );
+    assert_eq!(normal.reporting_instance.as_deref(), Some("standalone"));
+    let warning = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+        .unwrap();
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(warning.note.as_deref(), Some("Error syncing: boom"));
+
+    // A repeat is folded into the first Event's series (kube's Recorder), not a new Event.
+    recorder.normal(&object, "EnsuringLoadBalancer", "Ensuring load balancer");
+    let folded = eventually(WAIT, || async {
+        events_of(&cluster.client(), &ns, &name)
+            .await
+            .iter()
+            .any(|e| e.series.as_ref().is_some_and(|s| s.count == 2))
+    })
+    .await;
+    let events = events_of(&cluster.client(), &ns, &name).await;
+    assert!(folded, "no series of 2: {events:#?}");
+    assert_eq!(events.len(), 2, "{events:#?}");
+    assert_eq!(counted(&ctx.metrics, "written"), 3);
+    assert_eq!(counted(&ctx.metrics, "dropped"), 0);
+
+    ctx.shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_new_events_and_counts_them() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    // The writer is not running yet: nothing leaves the queue.
+    let (events, writer) = EventBroadcaster::with_capacity(cluster.client(), "t", &metrics, 2);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    for i in 1..=5 {
+        recorder.normal(&object, &format!("Reason{i}"), format!("event {i}"));
+    }
+    assert_eq!(events.queued(), 2);
+    assert_eq!(counted(&metrics, "dropped"), 3);
+
+    // As client-go's DropIfChannelFull: the queued ones are kept, the newer ones dropped.
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(5)));
+    let written = wait_events(&cluster.client(), &ns, &name, 2).await;
+    assert_eq!(reasons(&written), ["Reason1", "Reason2"]);
+    assert!(
+        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        "{}",
+        metrics.encode().unwrap()
+    );
+    // Room again: the next one is written.
+    recorder.normal(&object, "Reason6", "event 6");
+    let written = wait_events(&cluster.client(), &ns, &name, 3).await;
+    assert_eq!(reasons(&written), ["Reason1", "Reason2", "Reason6"]);
+    assert_eq!(counted(&metrics, "dropped"), 3);
+
+    stop.cancel();
+    task.await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn stopping_flushes_the_queue_and_later_events_are_dropped() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    for i in 1..=3 {
+        recorder.warning(&object, &format!("Reason{i}"), format!("event {i}"));
+    }
+    // Told to stop before it wrote anything: it still writes what is queued, then returns.
+    let stop = CancellationToken::new();
+    stop.cancel();
+    writer.run(stop, WAIT).await;
+    events.stopped().await;
+    let written = events_of(&cluster.client(), &ns, &name).await;
+    assert_eq!(reasons(&written), ["Reason1", "Reason2", "Reason3"]);
+    assert_eq!(counted(&metrics, "written"), 3);
+
+    // Nothing is written any more; what is recorded now is counted as dropped.
+    recorder.normal(&object, "TooLate", "after the writer stopped");
+    assert_eq!(counted(&metrics, "dropped"), 1);
+    assert_eq!(events.queued(), 0);
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    server.fail_next("create", "events", 1, 429, Some(HANG));
+    recorder.normal(&object, "Hangs", "the first write hangs");
+    recorder.normal(&object, "Waits", "queued behind it");
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), Duration::from_millis(200)));
+    // The first write is in flight (answered 429, the client waits an hour to retry).
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .requests()
+                .iter()
+                .any(|r| r.resource == "events" && r.status == 429)
+        })
+        .await
+    );
+    stop.cancel();
+    // Bounded by the flush deadline, not by the hour.
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the writer stops at the flush deadline")
+        .unwrap();
+    assert_eq!(counted(&metrics, "dropped"), 2);
+    assert_eq!(counted(&metrics, "written"), 0);
+    assert!(events_of(&cluster.client(), &ns, &name).await.is_empty());
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn hung_event_writes_do_not_hold_up_load_balancers() {
+    use service_common::{
+        TIMEOUT, cloud_lbs, create_node, has_ingress, key, services, start, test_config,
+        wait_event, wait_until,
+    };
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let n1 = cluster.unique_name("n");
+    create_node(&cluster, &n1).await;
+    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let api = services(&cluster, &ns);
+    let first = cluster.unique_name("web");
+    cluster
+        .create(&load_balancer_service(&ns, &first).build())
+        .await;
+    let svc = wait_for(&api, &first, TIMEOUT, has_ingress).await.unwrap();
+    let k = key(&svc);
+    wait_event(&cluster, &ns, &first, "EnsuredLoadBalancer").await;
+
+    // From here on the Event writer is stuck on its next create.
+    server.fail_next("create", "events", 1, 429, Some(HANG));
+    // Node changes: each update_load_balancer records UpdatedLoadBalancer while the Service's
+    // entry is locked; the second update needs the first one's lock released.
+    for _ in 0..2 {
+        let n = cluster.unique_name("n");
+        create_node(&cluster, &n).await;
+        wait_until(&format!("{n} in the load balancer of {k}"), || async {
+            cloud_lbs(&fake, &ns)
+                .get(&k)
+                .is_some_and(|lb| lb.hosts.contains(&n))
+        })
+        .await;
+    }
+    // A new Service: EnsuringLoadBalancer is recorded before the cloud call.
+    let second = cluster.unique_name("web");
+    cluster
+        .create(&load_balancer_service(&ns, &second).build())
+        .await;
+    wait_for(&api, &second, TIMEOUT, has_ingress).await.unwrap();
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.resource == "events" && r.status == 429),
+        "the Event write was never held up"
+    );
+
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn hung_event_writes_do_not_hold_up_node_initialisation() {
+    use node_common::{RUN_LABEL, TIMEOUT, Test};
+    let t = Test::start().await;
+    let Some(server) = t.cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let fake = FakeCloud::default();
+    // The first sync fails: SyncFailed is recorded before the node is retried.
+    fake.inject("instance_metadata", Fault::FailNext(1));
+    server.fail_next("create", "events", 1, 429, Some(HANG));
+    let config = CloudNodeConfig {
+        status_update_frequency: Duration::from_secs(3600),
+        ..CloudNodeConfig::default()
+    };
+    let running = t.spawn(fake.provider(), |ctx| cloud_node::run(ctx, config));
+    let name = t.name("hung");
+    t.create(&kubelet_node(&name).label(RUN_LABEL, &t.run).build())
+        .await;
+    let initialised = wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| p == format!("fake://{name}"))
+            && !n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|ts| ts.iter().any(|t| t.key.contains("uninitialized")))
+    })
+    .await;
+    assert!(initialised.is_ok(), "{initialised:?}");
+    assert_eq!(fake.call_count("instance_metadata"), 2);
+    assert!(
+        server
+            .requests()
+            .iter()
+            .any(|r| r.resource == "events" && r.status == 429),
+        "the Event write was never held up"
+    );
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_runtime_writes_the_events_of_work_that_finishes_during_shutdown() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let connection = match cluster.api_server() {
+        Some(server) => format!("--master={}", server.url()),
+        None => format!(
+            "--kubeconfig={}",
+            std::env::var(ccm_testing::KUBECONFIG_ENV).unwrap()
+        ),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
+    let started_tx = std::sync::Mutex::new(Some(started_tx));
+    let object = subject(&ns, &name);
+    let runtime = tokio::spawn(
+        Builder::new()
+            .without_builtin_controllers()
+            .provider(FakeCloud::default().provider())
+            .listener(listener)
+            // In-flight work that ends after the shutdown signal and records an Event.
+            .controller("drainer", move |ctx: ControllerContext| {
+                let object = object.clone();
+                let started = started_tx.lock().unwrap().take();
+                async move {
+                    let recorder = ctx.recorder("drainer");
+                    recorder.normal(&object, "Started", "before the signal");
+                    if let Some(started) = started {
+                        let _ = started.send(());
+                    }
+                    ctx.shutdown.cancelled().await;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    recorder.normal(&object, "Finished", "after the signal");
+                    Ok(())
+                }
+            })
+            .args([
+                "ccm".to_owned(),
+                connection,
+                "--leader-elect=false".to_owned(),
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+            ])
+            .shutdown_signal(async {
+                let _ = stop_rx.await;
+            })
+            .run_async(),
+    );
+    tokio::time::timeout(WAIT, started)
+        .await
+        .expect("the controller starts")
+        .unwrap();
+    stop.send(()).unwrap();
+    let code = tokio::time::timeout(WAIT, runtime)
+        .await
+        .expect("the runtime stops")
+        .unwrap();
+    assert_eq!(code, 0);
+    // Written before the runtime returned, the last one after the controller had drained.
+    let written = events_of(&cluster.client(), &ns, &name).await;
+    assert_eq!(reasons(&written), ["Finished", "Started"], "{written:#?}");
+    cluster.cleanup().await;
+}
