@@ -298,9 +298,10 @@ pub const NODE_LIST_PAGE_SIZE: u32 = 50;
 /// The watcher configuration of the shared Node informer: consistent (`resourceVersion`
 /// unset) lists in pages of [`NODE_LIST_PAGE_SIZE`].
 ///
-/// `resourceVersion=0` lists would be cheaper for the API server but come from its watch
-/// cache, which ignores `limit` (up to Kubernetes 1.33): one response with every Node, all
-/// decoded at once.
+/// A `resourceVersion=0` list would come from the API server's watch cache, which ignores
+/// `limit` (up to Kubernetes 1.33): one response with every Node, all decoded at once. (kube
+/// drops `resourceVersion=0` from a list that has a limit anyway; the semantic is spelled out
+/// here so that stays true.)
 pub fn node_watcher_config() -> watcher::Config {
     watcher::Config::default()
         .list_semantic(watcher::ListSemantic::MostRecent)
