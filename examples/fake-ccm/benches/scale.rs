@@ -742,6 +742,37 @@ struct Ccm {
     log: PathBuf,
     config: PathBuf,
     clk_tck: f64,
+    /// Started under `--ccm-wrapper` in a process group of its own, which is signalled whole
+    /// (the wrapper's children would outlive a signal to the wrapper alone).
+    group: bool,
+}
+
+impl Ccm {
+    /// SIGTERM to fake-ccm itself, also when it runs under a wrapper (which then finishes,
+    /// e.g. writes its profile, and exits).
+    fn terminate(&self) {
+        let pid = self.pid.to_string();
+        let _ = if self.group {
+            std::process::Command::new("pkill")
+                .args(["-TERM", "-g", &pid, "-x", "fake-ccm"])
+                .status()
+        } else {
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+        };
+    }
+}
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        // `kill_on_drop` reaches the wrapper only; its process group holds the rest.
+        if self.group {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.pid)])
+                .status();
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -841,7 +872,7 @@ impl Ccm {
             Some(mut words) => {
                 let mut cmd =
                     tokio::process::Command::new(words.next().expect("empty --ccm-wrapper"));
-                cmd.args(words).arg(binary);
+                cmd.args(words).arg(binary).process_group(0);
                 cmd
             }
             None => tokio::process::Command::new(binary),
@@ -889,6 +920,7 @@ impl Ccm {
             log,
             config,
             clk_tck: clk_tck(),
+            group: opts.ccm_wrapper.is_some(),
         };
         ccm.wait_ready(Duration::from_secs(120)).await;
         ccm
@@ -972,10 +1004,7 @@ impl Ccm {
 
     /// SIGTERM, then up to 30 s for a graceful exit.
     async fn stop(mut self) {
-        let _ = std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status();
+        self.terminate();
         match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
             Ok(Ok(s)) if s.success() => {}
             Ok(Ok(s)) => eprintln!(
@@ -1888,7 +1917,8 @@ async fn steady(env: &Env, opts: &Opts) -> Report {
             )
         })
         .map(|(_, v)| v)
-        .sum();
+        .sum::<f64>()
+        + 0.0; // an empty f64 sum is -0.0
     report.target(
         "window_unexpected_cloud_calls",
         "cloud calls other than refresh/lifecycle",
