@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::resources::{self, ResourceInfo};
 use super::selector::{FieldSelector, LabelSelector};
-use super::state::{Change, ListOptions, PatchType, filter_change};
+use super::state::{Change, ListOptions, PatchType, change_kind, filter_change};
 use super::status::{ApiError, reason_for_code};
 use super::{Inner, RequestRecord};
 
@@ -587,6 +587,14 @@ impl WatchStream {
                             continue;
                         }
                         self.last_rv = change.rv;
+                        let Some(ty) = change_kind(self.info, self.ns.as_deref(), &self.opts, &change) else {
+                            continue;
+                        };
+                        // Serialized once per change for every full-object watch.
+                        if !self.meta_only && let Some(object) = change.encoded_for(self.info) {
+                            let ty = ty.as_str();
+                            return Some(Bytes::from(format!("{{\"type\":\"{ty}\",\"object\":{object}}}\n")));
+                        }
                         if let Some((ty, obj)) = filter_change(self.info, self.ns.as_deref(), &self.opts, &change) {
                             return Some(self.line(ty.as_str(), obj));
                         }

@@ -53,9 +53,14 @@ impl ResourceInfo {
         }
     }
 
+    /// Whether [`ResourceInfo::present`] is the stored representation unchanged.
+    pub(crate) fn presents_storage(&self) -> bool {
+        self.group != "events.k8s.io"
+    }
+
     /// Converts a stored object into this resource's representation.
     pub(crate) fn present(&self, stored: &Value) -> Value {
-        if self.group == "events.k8s.io" {
+        if !self.presents_storage() {
             core_event_to_events_v1(stored)
         } else {
             stored.clone()

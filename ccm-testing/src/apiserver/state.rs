@@ -42,6 +42,24 @@ pub(crate) struct Change {
     pub(crate) object: Value,
     /// The object before the change (for MODIFIED), to compute selector transitions.
     pub(crate) old: Option<Value>,
+    /// The object as every watch of a resource whose representation is the stored one sees
+    /// it, serialized once for all of them (watch fan-out was the API server's largest cost
+    /// in the node-burst benchmark).
+    pub(crate) encoded: std::sync::OnceLock<String>,
+}
+
+impl Change {
+    /// The JSON text of the object as presented to watches of `info`, cached when `info`
+    /// presents the stored representation unchanged (every resource but events.k8s.io).
+    pub(crate) fn encoded_for(&self, info: &ResourceInfo) -> Option<&str> {
+        if !info.presents_storage() {
+            return None;
+        }
+        let text = self
+            .encoded
+            .get_or_init(|| with_type_meta(info, self.object.clone()).to_string());
+        Some(text)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -578,6 +596,7 @@ impl State {
             },
         );
         self.emit(Change {
+            encoded: Default::default(),
             rv,
             storage: info.storage,
             namespace: ns,
@@ -709,8 +728,15 @@ impl State {
         if patch_type == PatchType::Apply {
             check_apply_config(info, &body)?;
         }
-        let existing = self.store(info).get(&key).cloned();
-        let Some(existing) = existing else {
+        // The resource representation and the field ownership, without copying the stored
+        // object first.
+        let existing = self.store(info).get(&key).map(|e| {
+            (
+                with_type_meta(info, info.present(&e.obj)),
+                e.managed.clone(),
+            )
+        });
+        let Some((current, mut managed)) = existing else {
             if patch_type == PatchType::Apply && subresource.is_none() {
                 // Apply creates from the configuration alone; it must name the object.
                 if meta_str(&body, "name") != Some(name) {
@@ -734,8 +760,6 @@ impl State {
             }
             return Err(ApiError::not_found(info, name));
         };
-        let current = with_type_meta(info, info.present(&existing.obj));
-        let mut managed = existing.managed.clone();
         let patched = match patch_type {
             PatchType::Merge => {
                 if !body.is_object() {
@@ -817,10 +841,13 @@ impl State {
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         let name = key.1.clone();
-        let Some(old_stored) = self.store(info).get(&key).cloned() else {
+        let Some(Stored {
+            obj: old,
+            managed: old_managed,
+        }) = self.store(info).get(&key).cloned()
+        else {
             return Err(ApiError::not_found(info, &name));
         };
-        let old = old_stored.obj.clone();
         let old_rv = meta_str(&old, "resourceVersion")
             .unwrap_or_default()
             .to_string();
@@ -935,7 +962,7 @@ impl State {
         let managed = match applied_managed {
             Some(m) => m,
             None => {
-                let mut m = old_stored.managed.clone();
+                let mut m = old_managed;
                 m.record_update(manager, Some(&old), &new);
                 m
             }
@@ -960,14 +987,16 @@ impl State {
         let rv = self.next_rv();
         set_rv(&mut new, rv);
         meta_mut(&mut new).insert("managedFields".into(), managed.to_json(&info.api_version()));
+        let response = with_type_meta(info, info.present(&new));
         if terminating && finalizers(&new).is_empty() {
             self.store(info).remove(&key);
             self.emit(Change {
+                encoded: Default::default(),
                 rv,
                 storage: info.storage,
                 namespace: key.0.clone(),
                 kind: EventType::Deleted,
-                object: new.clone(),
+                object: new,
                 old: Some(old),
             });
             self.after_removal(info, &key.0);
@@ -980,16 +1009,17 @@ impl State {
                 },
             );
             self.emit(Change {
+                encoded: Default::default(),
                 rv,
                 storage: info.storage,
                 namespace: key.0.clone(),
                 kind: EventType::Modified,
-                object: new.clone(),
+                object: new,
                 old: Some(old),
             });
         }
         Ok(WriteResult {
-            object: with_type_meta(info, info.present(&new)),
+            object: response,
             created: false,
         })
     }
@@ -1061,6 +1091,7 @@ impl State {
                 s.obj = new.clone();
             }
             self.emit(Change {
+                encoded: Default::default(),
                 rv,
                 storage: info.storage,
                 namespace: key.0.clone(),
@@ -1081,6 +1112,7 @@ impl State {
         set_rv(&mut gone, rv);
         self.store(info).remove(&key);
         self.emit(Change {
+            encoded: Default::default(),
             rv,
             storage: info.storage,
             namespace: key.0.clone(),
@@ -1140,6 +1172,7 @@ impl State {
             }
             set_rv(&mut gone, rv);
             self.emit(Change {
+                encoded: Default::default(),
                 rv,
                 storage: "namespaces",
                 namespace: String::new(),
@@ -1357,6 +1390,18 @@ pub(crate) fn filter_change(
     opts: &ListOptions,
     c: &Change,
 ) -> Option<(EventType, Value)> {
+    let kind = change_kind(info, ns, opts, c)?;
+    Some((kind, with_type_meta(info, info.present(&c.object))))
+}
+
+/// What a watch of `info` in `ns` with `opts` sees of change `c`: `None` when nothing, else
+/// the event type (selector transitions turn `MODIFIED` into `ADDED`/`DELETED`).
+pub(crate) fn change_kind(
+    info: &ResourceInfo,
+    ns: Option<&str>,
+    opts: &ListOptions,
+    c: &Change,
+) -> Option<EventType> {
     if c.storage != info.storage {
         return None;
     }
@@ -1377,7 +1422,7 @@ pub(crate) fn filter_change(
         EventType::Modified if before => EventType::Deleted,
         _ => return None,
     };
-    Some((kind, with_type_meta(info, info.present(&c.object))))
+    Some(kind)
 }
 
 #[cfg(test)]
