@@ -87,7 +87,7 @@ fn read(file: &str) -> String {
 
 /// The files `kustomization.yaml` applies.
 fn deployed_files() -> Vec<String> {
-    let k: serde_yaml::Value = serde_yaml::from_str(&read("kustomization.yaml")).unwrap();
+    let k: serde_norway::Value = serde_norway::from_str(&read("kustomization.yaml")).unwrap();
     k["resources"]
         .as_sequence()
         .expect("kustomization.yaml lists resources")
@@ -98,11 +98,11 @@ fn deployed_files() -> Vec<String> {
 
 /// The Deployment of `examples/deploy/` as YAML: its namespace, ServiceAccount and flags are
 /// read from it. (Not deserialised into `k8s_openapi`'s Deployment: `defaultMode: 0440` is a
-/// YAML 1.1 octal number for kubectl, a string for serde_yaml's YAML 1.2.)
-fn deployment() -> serde_yaml::Value {
+/// YAML 1.1 octal number for kubectl, a string for serde_norway's YAML 1.2.)
+fn deployment() -> serde_norway::Value {
     for file in deployed_files() {
-        for doc in serde_yaml::Deserializer::from_str(&read(&file)) {
-            let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).unwrap();
+        for doc in serde_norway::Deserializer::from_str(&read(&file)) {
+            let v: serde_norway::Value = serde::Deserialize::deserialize(doc).unwrap();
             if v["kind"].as_str() == Some("Deployment") {
                 return v;
             }

@@ -224,7 +224,7 @@ fn location(line: Option<usize>, column: Option<usize>) -> String {
 pub fn parse_cloud_config<T: DeserializeOwned>(contents: &[u8]) -> Result<T, CloudConfigError> {
     let trimmed = contents.iter().position(|b| !b.is_ascii_whitespace());
     let Some(first) = trimmed else {
-        return serde_yaml::from_str("{}").map_err(yaml_error);
+        return serde_norway::from_str("{}").map_err(yaml_error);
     };
     if matches!(contents[first], b'{' | b'[') {
         return serde_json::from_slice(contents).map_err(|e| CloudConfigError {
@@ -238,13 +238,13 @@ pub fn parse_cloud_config<T: DeserializeOwned>(contents: &[u8]) -> Result<T, Clo
                 .to_owned(),
         });
     }
-    serde_yaml::from_slice(contents).map_err(yaml_error)
+    serde_norway::from_slice(contents).map_err(yaml_error)
 }
 
-fn yaml_error(e: serde_yaml::Error) -> CloudConfigError {
+fn yaml_error(e: serde_norway::Error) -> CloudConfigError {
     let loc = e.location();
     let full = e.to_string();
-    // serde_yaml appends " at line L column C" to its messages; the location is reported
+    // serde_norway appends " at line L column C" to its messages; the location is reported
     // separately.
     let message = full.split(" at line ").next().unwrap_or(&full).to_owned();
     CloudConfigError {

@@ -34,7 +34,7 @@ pub enum WaitError {
 }
 
 fn yaml<K: Serialize>(obj: &K) -> String {
-    serde_yaml::to_string(obj).unwrap_or_else(|e| format!("<not serializable: {e}>"))
+    serde_norway::to_string(obj).unwrap_or_else(|e| format!("<not serializable: {e}>"))
 }
 
 /// Polls `api.get(name)` until `pred` holds, and returns that object. Fails after `timeout`

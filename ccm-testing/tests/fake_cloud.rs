@@ -933,7 +933,7 @@ fn config_accepts_json_and_defaults_without_a_file() {
     assert!(provider.instances().is_none());
 
     // Round trip through serde, so the example can print its effective config.
-    let yaml = serde_yaml::to_string(&config).unwrap();
+    let yaml = serde_norway::to_string(&config).unwrap();
     let back: FakeCloudConfig = ccm_core::parse_cloud_config(yaml.as_bytes()).unwrap();
     assert_eq!(back, config);
 }

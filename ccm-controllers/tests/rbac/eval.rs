@@ -204,22 +204,23 @@ pub(crate) struct Manifests {
 impl Manifests {
     /// Adds the RBAC objects of a (multi-document) YAML file; other kinds are skipped.
     pub(crate) fn add_yaml(&mut self, file: &str, yaml: &str) -> Result<(), String> {
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let value = serde_yaml::Value::deserialize(doc).map_err(|e| format!("{file}: {e}"))?;
+        for doc in serde_norway::Deserializer::from_str(yaml) {
+            let value =
+                serde_norway::Value::deserialize(doc).map_err(|e| format!("{file}: {e}"))?;
             let kind = value
                 .get("kind")
                 .and_then(|k| k.as_str())
                 .unwrap_or("")
                 .to_owned();
-            let bad = |e: serde_yaml::Error| format!("{file}: {kind}: {e}");
+            let bad = |e: serde_norway::Error| format!("{file}: {kind}: {e}");
             match kind.as_str() {
                 "ClusterRole" => {
-                    let r: ClusterRole = serde_yaml::from_value(value).map_err(bad)?;
+                    let r: ClusterRole = serde_norway::from_value(value).map_err(bad)?;
                     let name = r.metadata.name.clone().unwrap_or_default();
                     self.cluster_roles.insert(name, r);
                 }
                 "Role" => {
-                    let r: Role = serde_yaml::from_value(value).map_err(bad)?;
+                    let r: Role = serde_norway::from_value(value).map_err(bad)?;
                     let key = (
                         r.metadata.namespace.clone().unwrap_or_default(),
                         r.metadata.name.clone().unwrap_or_default(),
@@ -228,10 +229,10 @@ impl Manifests {
                 }
                 "ClusterRoleBinding" => self
                     .cluster_role_bindings
-                    .push(serde_yaml::from_value(value).map_err(bad)?),
+                    .push(serde_norway::from_value(value).map_err(bad)?),
                 "RoleBinding" => self
                     .role_bindings
-                    .push(serde_yaml::from_value(value).map_err(bad)?),
+                    .push(serde_norway::from_value(value).map_err(bad)?),
                 _ => {}
             }
         }

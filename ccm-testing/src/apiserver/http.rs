@@ -134,7 +134,7 @@ fn to_partial_list(list: &Value) -> Value {
 fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(v) => Ok(v),
-        Err(e) if yaml_ok => serde_yaml::from_slice::<Value>(body)
+        Err(e) if yaml_ok => serde_norway::from_slice::<Value>(body)
             .map_err(|_| ApiError::bad_request(format!("error decoding YAML: {e}"))),
         Err(e) => Err(ApiError::bad_request(format!(
             "couldn't get version/kind; json parse error: {e}"

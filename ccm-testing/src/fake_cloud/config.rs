@@ -188,7 +188,7 @@ pub enum Fault {
     InstanceNotFound,
 }
 
-/// The on-disk form of the faults with a payload (serde_yaml 0.9 reads externally tagged enums
+/// The on-disk form of the faults with a payload (serde_norway 0.9 reads externally tagged enums
 /// only from YAML tags, `!fail_next 2`; the config schema uses one-key maps instead, which read
 /// the same in YAML and JSON).
 #[derive(Serialize, Deserialize)]
