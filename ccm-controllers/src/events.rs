@@ -13,9 +13,37 @@
 //! The writer publishes through kube's `Recorder`, which writes `events.k8s.io/v1` Events
 //! (shown by `kubectl describe` like core/v1 ones) and folds a repeat of the same (object,
 //! reason) within six minutes into the first Event's series (a PATCH instead of a new Event).
-//! Events are best effort: a failed write is logged and counted, never retried, and never fails
-//! a reconcile. At shutdown the writer flushes what is queued within a deadline.
-
+//! Events are best effort and never fail a reconcile.
+//!
+//! # Retries
+//!
+//! As client-go's `recordToSink`, a failed write is tried again, up to [`MAX_TRIES_PER_EVENT`]
+//! tries in all, sleeping [`DEFAULT_SLEEP_DURATION`] between tries; the first sleep is a random
+//! fraction of it, so that many processes do not retry in step after an API server outage
+//! (both are configurable with [`EventWriter::with_retries`]). As in client-go the retries are
+//! made inline by the single writer: the Events queued behind a retrying one wait (at most
+//! tries × sleep), so Events stay in order. Each further attempt is counted in
+//! `event_recorder_events_total{result="retried"}`; an Event given up on counts once as
+//! `failed`.
+//!
+//! Which errors are retried: client-go retries transport errors (the server could not be
+//! reached, or its answer could not be read) and gives up at once on a request it could not
+//! build and on any error status the server answered. We deliberately also retry `429 Too Many
+//! Requests` and every `5xx`: client-go's REST client has already retried those (when they carry
+//! `Retry-After`) before `recordToSink` sees them, while kube's client retries only 429, 503 and
+//! 504, so a 500 (an etcd timeout, say) would otherwise lose the Event. Every other `4xx` is
+//! final, as in client-go: `409 AlreadyExists`, `400`/`422` (an invalid Event), `403` (no
+//! permission, or the namespace is terminating), `404` on a create (the namespace is gone). A
+//! `404` on the PATCH of a series means the series' first Event is gone: as client-go, the
+//! writer creates the Event anew at once (that attempt counts as `retried`, not as a try).
+//!
+//! # Shutdown
+//!
+//! When told to stop, the writer keeps writing what is queued until a flush deadline. A write
+//! in flight at the deadline is abandoned; a retry whose sleep would end after the deadline is
+//! not made (so retries never extend shutdown). An Event the server already refused at least
+//! once and that is given up on this way counts as `failed`; an Event never (fully) attempted
+//! counts as `dropped`, as do the Events still queued.
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex};
@@ -37,6 +65,12 @@ use crate::metrics::MetricsRegistry;
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
 /// How long the writer keeps writing queued Events after it was told to stop.
 pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Tries per Event before the writer gives up on it (client-go's `maxTriesPerEvent`).
+pub const MAX_TRIES_PER_EVENT: u32 = 12;
+/// Sleep between two tries of an Event; the first sleep is a random fraction of it
+/// (client-go's `defaultSleepDuration`).
+pub const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
 
 /// kube's `Recorder` keeps every Event it wrote in the last six minutes (its `CACHE_TTL`) to
 /// fold repeats into a series; entries are evicted only by age, when it publishes.
@@ -152,12 +186,12 @@ impl EventBroadcaster {
         let capacity = capacity.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let counts = Family::<ResultLabel, Counter>::default();
-        for result in ["written", "failed", "dropped"] {
+        for result in ["written", "retried", "failed", "dropped"] {
             let _ = counts.get_or_create(&ResultLabel { result });
         }
         metrics.register(
             "event_recorder_events",
-            "Events by result: written (created, or a repeat patched into its series), failed (the API server refused or could not be reached), dropped (the queue was full, or the writer had stopped)",
+            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written)",
             counts.clone(),
         );
         let shared = Arc::new(Shared {
@@ -173,6 +207,8 @@ impl EventBroadcaster {
             shared: shared.clone(),
             series: HashMap::new(),
             fail_log: LogLimiter::default(),
+            max_tries: MAX_TRIES_PER_EVENT,
+            sleep: DEFAULT_SLEEP_DURATION,
         };
         (EventBroadcaster { shared }, writer)
     }
@@ -267,7 +303,8 @@ struct Series {
 }
 
 /// Writes the queued Events, in order, one at a time (as client-go's single recording
-/// goroutine). Spawn [`EventWriter::run`] once per [`EventBroadcaster`].
+/// goroutine), retrying failed writes (see the module documentation). Spawn
+/// [`EventWriter::run`] once per [`EventBroadcaster`].
 pub struct EventWriter {
     rx: mpsc::Receiver<Queued>,
     client: Client,
@@ -275,20 +312,33 @@ pub struct EventWriter {
     shared: Arc<Shared>,
     series: HashMap<Arc<str>, Series>,
     fail_log: LogLimiter,
+    max_tries: u32,
+    sleep: Duration,
 }
 
 impl std::fmt::Debug for EventWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventWriter")
             .field("instance", &self.instance)
+            .field("max_tries", &self.max_tries)
+            .field("sleep", &self.sleep)
             .finish_non_exhaustive()
     }
 }
 
 impl EventWriter {
+    /// Tries each Event at most `max_tries` times (at least 1: no retry), sleeping
+    /// `sleep_duration` between tries, the first sleep a random fraction of it. Defaults:
+    /// [`MAX_TRIES_PER_EVENT`] and [`DEFAULT_SLEEP_DURATION`], client-go's values.
+    pub fn with_retries(mut self, max_tries: u32, sleep_duration: Duration) -> Self {
+        self.max_tries = max_tries.max(1);
+        self.sleep = sleep_duration;
+        self
+    }
+
     /// Writes queued Events until `stop` fires; then writes what is still queued for at most
-    /// `flush_timeout` (a write in flight when `stop` fires gets the same deadline) and
-    /// returns. Events left over, and Events recorded afterwards, are dropped and counted.
+    /// `flush_timeout` (a write in flight or retrying when `stop` fires gets the same deadline)
+    /// and returns. Events left over, and Events recorded afterwards, are dropped and counted.
     pub async fn run(mut self, stop: CancellationToken, flush_timeout: Duration) {
         let mut deadline: Option<Instant> = None;
         while deadline.is_none() {
@@ -337,9 +387,10 @@ impl EventWriter {
         }
     }
 
-    /// Writes one Event. Without a `deadline` the write runs until done unless `stop` fires,
-    /// which sets the deadline to now + `flush_timeout`; with one, the write is abandoned
-    /// (counted as dropped) when it passes.
+    /// Writes one Event, retrying as the module documentation says. Without a `deadline` the
+    /// write runs until done unless `stop` fires, which sets the deadline to now +
+    /// `flush_timeout`; with one, an attempt is abandoned when it passes and no retry sleep
+    /// goes past it.
     async fn write(
         &mut self,
         queued: Queued,
@@ -348,7 +399,103 @@ impl EventWriter {
         deadline: &mut Option<Instant>,
     ) {
         let key = series_key(&queued);
-        let recorder = self.recorder_for(&queued.component, key);
+        let mut tries = 0u32;
+        let mut attempted = false;
+        loop {
+            let recorder = self.recorder_for(&queued.component, key);
+            let patching = self
+                .series
+                .get(&queued.component)
+                .is_some_and(|s| s.seen.contains_key(&key));
+            let Some(result) = self
+                .attempt(recorder, &queued, stop, flush_timeout, deadline)
+                .await
+            else {
+                self.abandoned(
+                    &queued,
+                    attempted,
+                    "abandoned an event write at the flush deadline",
+                );
+                return;
+            };
+            attempted = true;
+            let error = match result {
+                Ok(()) => {
+                    self.shared.count("written", 1);
+                    if let Some(series) = self.series.get_mut(&queued.component) {
+                        series.seen.insert(key, Instant::now());
+                    }
+                    return;
+                }
+                Err(error) => error,
+            };
+            if matches!(&error, kube::Error::Api(s) if s.is_not_found()) {
+                // The series' first Event is gone (deleted, or expired on the server): kube
+                // would keep patching it until its cache entry expires. Start over.
+                self.series.remove(&queued.component);
+                if patching {
+                    // client-go creates the Event anew in the same try.
+                    self.shared.count("retried", 1);
+                    continue;
+                }
+            }
+            tries += 1;
+            if !retryable(&error) {
+                self.failed(&queued, &error, "will not retry");
+                return;
+            }
+            if tries >= self.max_tries {
+                self.failed(&queued, &error, "retry limit exceeded");
+                return;
+            }
+            // Randomise the first sleep, as client-go, so that clients do not retry in step.
+            let delay = if tries == 1 {
+                self.sleep.mul_f64(rand::random::<f64>())
+            } else {
+                self.sleep
+            };
+            let wake = Instant::now() + delay;
+            if deadline.is_none() {
+                tokio::select! {
+                    biased;
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = stop.cancelled() => *deadline = Some(Instant::now() + flush_timeout),
+                }
+            }
+            if deadline.is_some_and(|d| wake > d) {
+                self.failed(
+                    &queued,
+                    &error,
+                    "the flush deadline comes before the next try",
+                );
+                return;
+            }
+            if let Some(suppressed) = self.fail_log.allow() {
+                tracing::warn!(
+                    component = %queued.component,
+                    reason = %queued.reason,
+                    object = queued.regarding.name.as_deref().unwrap_or_default(),
+                    %error,
+                    tries,
+                    ?delay,
+                    suppressed,
+                    "failed to publish event; retrying (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total)"
+                );
+            }
+            tokio::time::sleep_until(wake).await;
+            self.shared.count("retried", 1);
+        }
+    }
+
+    /// One publish of `queued`; `None` when it was abandoned at the deadline.
+    async fn attempt(
+        &self,
+        recorder: Recorder,
+        queued: &Queued,
+        stop: &CancellationToken,
+        flush_timeout: Duration,
+        deadline: &mut Option<Instant>,
+    ) -> Option<Result<(), kube::Error>> {
         let event = Event {
             type_: queued.type_,
             reason: queued.reason.clone(),
@@ -359,7 +506,7 @@ impl EventWriter {
         let regarding = queued.regarding.clone();
         let publish = async move { recorder.publish(&event, &regarding).await };
         tokio::pin!(publish);
-        let result = match *deadline {
+        match *deadline {
             Some(d) => tokio::time::timeout_at(d, publish).await.ok(),
             None => tokio::select! {
                 biased;
@@ -370,42 +517,35 @@ impl EventWriter {
                     tokio::time::timeout_at(d, publish).await.ok()
                 }
             },
-        };
-        match result {
-            Some(Ok(())) => {
-                self.shared.count("written", 1);
-                if let Some(series) = self.series.get_mut(&queued.component) {
-                    series.seen.insert(key, Instant::now());
-                }
-            }
-            Some(Err(error)) => {
-                self.shared.count("failed", 1);
-                if matches!(&error, kube::Error::Api(s) if s.is_not_found()) {
-                    // The series' first Event is gone (deleted, or expired on the server):
-                    // kube would keep patching it until its cache entry expires. Start over.
-                    self.series.remove(&queued.component);
-                }
-                if let Some(suppressed) = self.fail_log.allow() {
-                    tracing::warn!(
-                        component = %queued.component,
-                        reason = %queued.reason,
-                        object = queued.regarding.name.as_deref().unwrap_or_default(),
-                        %error,
-                        suppressed,
-                        "failed to publish event (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total{{result=\"failed\"}})"
-                    );
-                }
-            }
-            None => {
-                self.shared.count("dropped", 1);
-                tracing::warn!(
-                    component = %queued.component,
-                    reason = %queued.reason,
-                    object = queued.regarding.name.as_deref().unwrap_or_default(),
-                    "abandoned an event write at the flush deadline"
-                );
-            }
         }
+    }
+
+    /// Counts and logs an Event given up on after a failed attempt.
+    fn failed(&mut self, queued: &Queued, error: &kube::Error, why: &str) {
+        self.shared.count("failed", 1);
+        if let Some(suppressed) = self.fail_log.allow() {
+            tracing::warn!(
+                component = %queued.component,
+                reason = %queued.reason,
+                object = queued.regarding.name.as_deref().unwrap_or_default(),
+                %error,
+                suppressed,
+                "failed to publish event, {why} (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total)"
+            );
+        }
+    }
+
+    /// Counts and logs an Event whose write was cut short by the flush deadline: `failed` if
+    /// an earlier attempt had failed, else `dropped`.
+    fn abandoned(&self, queued: &Queued, attempted: bool, why: &str) {
+        self.shared
+            .count(if attempted { "failed" } else { "dropped" }, 1);
+        tracing::warn!(
+            component = %queued.component,
+            reason = %queued.reason,
+            object = queued.regarding.name.as_deref().unwrap_or_default(),
+            "{why}"
+        );
     }
 
     /// The component's recorder, replaced by a fresh one when writing a new series would take
@@ -437,6 +577,17 @@ impl EventWriter {
             *series = fresh();
         }
         series.recorder.clone()
+    }
+}
+
+/// Whether trying the write again may succeed (see the module documentation): transport
+/// errors, unreadable answers, `429` and `5xx` are retried; a request that could not be built
+/// and every other error status are not.
+fn retryable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 429 || status.code >= 500,
+        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
+        _ => true,
     }
 }
 

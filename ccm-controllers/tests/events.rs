@@ -1,5 +1,7 @@
 //! Events are queued and written by one task: recording never waits for the events API, the
-//! queue is bounded (overflow is dropped and counted), and stopping flushes what is queued.
+//! queue is bounded (overflow is dropped and counted), failed writes are retried as client-go
+//! retries them (in order, up to the last try, not on errors a retry cannot fix), and stopping
+//! flushes what is queued within a deadline that retries do not extend.
 //!
 //! The controller tests make every Event write hang: the in-process API server answers the
 //! next Event create with `429` and `Retry-After: 3600`, which kube's client honours by waiting
@@ -14,9 +16,10 @@ mod service_common;
 use std::time::Duration;
 
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::events::EventBroadcaster;
+use ccm_controllers::events::{EventBroadcaster, MAX_TRIES_PER_EVENT};
 use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
 use ccm_testing::TestCluster;
+use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for};
@@ -240,6 +243,249 @@ async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
     assert_eq!(counted(&metrics, "dropped"), 2);
     assert_eq!(counted(&metrics, "written"), 0);
     assert!(events_of(&cluster.client(), &ns, &name).await.is_empty());
+    cluster.cleanup().await;
+}
+
+/// A short sleep between tries, so that retry tests run fast.
+const QUICK: Duration = Duration::from_millis(20);
+
+/// The statuses the server answered to Event creates, in order.
+fn event_creates(server: &ApiServer) -> Vec<u16> {
+    server
+        .requests()
+        .iter()
+        .filter(|r| r.resource == "events" && r.verb == "create")
+        .map(|r| r.status)
+        .collect()
+}
+
+fn resource_version(event: &Event) -> u64 {
+    event
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    server.fail_next("create", "events", 1, 500, None);
+    recorder.normal(&object, "First", "refused once with 500");
+    recorder.normal(&object, "Second", "queued behind it");
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+
+    let written = wait_events(&cluster.client(), &ns, &name, 2).await;
+    assert_eq!(reasons(&written), ["First", "Second"], "{written:#?}");
+    assert!(
+        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        "{}",
+        metrics.encode().unwrap()
+    );
+    assert_eq!(counted(&metrics, "retried"), 1);
+    assert_eq!(counted(&metrics, "failed"), 0);
+    // One refused create, its retry, then the Event queued behind it: in order.
+    assert_eq!(event_creates(server), [500, 201, 201]);
+    let first = written
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("First"))
+        .unwrap();
+    let second = written
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Second"))
+        .unwrap();
+    assert!(resource_version(first) < resource_version(second));
+
+    stop.cancel();
+    task.await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_event_the_server_rejects_with_a_client_error_is_not_retried() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    // Bad request, AlreadyExists, Forbidden (e.g. the namespace is terminating), Invalid.
+    let statuses = [400, 409, 403, 422];
+    for (i, status) in statuses.into_iter().enumerate() {
+        server.fail_next("create", "events", 1, status, None);
+        recorder.warning(&object, &format!("Rejected{status}"), "refused for good");
+        assert!(
+            eventually(WAIT, || async {
+                counted(&metrics, "failed") == i as u64 + 1
+            })
+            .await,
+            "{status}: {}",
+            metrics.encode().unwrap()
+        );
+    }
+    // A retry would be made before the next queued Event is written.
+    recorder.normal(&object, "Accepted", "written");
+    let written = wait_events(&cluster.client(), &ns, &name, 1).await;
+    assert_eq!(reasons(&written), ["Accepted"], "{written:#?}");
+    assert_eq!(event_creates(server), [400, 409, 403, 422, 201]);
+    assert_eq!(counted(&metrics, "retried"), 0);
+    assert_eq!(counted(&metrics, "failed"), 4);
+    assert_eq!(counted(&metrics, "written"), 1);
+
+    stop.cancel();
+    task.await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn an_event_that_keeps_failing_is_given_up_after_the_last_try() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    let tries = MAX_TRIES_PER_EVENT as usize;
+    // One failure more than the tries: the extra one would be seen by a 13th try.
+    server.fail_next("create", "events", tries + 1, 500, None);
+    recorder.normal(&object, "Doomed", "refused every time");
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    assert!(
+        eventually(WAIT, || async { counted(&metrics, "failed") == 1 }).await,
+        "{}",
+        metrics.encode().unwrap()
+    );
+    assert_eq!(counted(&metrics, "retried"), tries as u64 - 1);
+    assert_eq!(event_creates(server), vec![500; tries]);
+    // The writer goes on with the next Event (which meets the one fault left over).
+    recorder.normal(&object, "Next", "written after one retry");
+    let written = wait_events(&cluster.client(), &ns, &name, 1).await;
+    assert_eq!(reasons(&written), ["Next"], "{written:#?}");
+    assert_eq!(counted(&metrics, "failed"), 1);
+    assert_eq!(counted(&metrics, "retried"), tries as u64);
+
+    stop.cancel();
+    task.await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    recorder.normal(&object, "Synced", "first");
+    let first = wait_events(&cluster.client(), &ns, &name, 1).await;
+    let api: Api<Event> = Api::namespaced(cluster.client(), &ns);
+    api.delete(
+        first[0].metadata.name.as_deref().unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        eventually(WAIT, || async {
+            events_of(&cluster.client(), &ns, &name).await.is_empty()
+        })
+        .await
+    );
+    // The repeat's PATCH of the series meets 404: as client-go, the Event is created anew.
+    recorder.normal(&object, "Synced", "again");
+    let again = wait_events(&cluster.client(), &ns, &name, 1).await;
+    assert_eq!(reasons(&again), ["Synced"]);
+    assert_ne!(again[0].metadata.name, first[0].metadata.name);
+    assert!(
+        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        "{}",
+        metrics.encode().unwrap()
+    );
+    assert_eq!(counted(&metrics, "retried"), 1);
+    assert_eq!(counted(&metrics, "failed"), 0);
+
+    stop.cancel();
+    task.await.unwrap();
+    cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_the_rest() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let ns = cluster.namespace().await;
+    let name = cluster.unique_name("subject");
+    let metrics = MetricsRegistry::new();
+    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    // Sleeps of up to an hour between tries: a retry never comes during the test.
+    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, HANG);
+    let recorder = events.recorder("test-controller");
+    let object = subject(&ns, &name);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(2)));
+    recorder.normal(&object, "Retrying", "written, then its repeat is refused");
+    assert!(eventually(WAIT, || async { counted(&metrics, "written") == 1 }).await);
+    // The repeat is a PATCH of the series. Two failures: should the random first sleep be
+    // short, the second try fails too and the writer sleeps the full hour. Creates (the Event
+    // queued behind) meet no fault.
+    server.fail_next("patch", "events", 2, 500, None);
+    recorder.normal(&object, "Retrying", "refused, then waits to retry");
+    recorder.normal(&object, "Queued", "queued behind it");
+    assert!(
+        eventually(WAIT, || async {
+            server
+                .requests()
+                .iter()
+                .any(|r| r.resource == "events" && r.verb == "patch" && r.status == 500)
+        })
+        .await
+    );
+    stop.cancel();
+    // Bounded by the flush deadline, not by the hour.
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the writer stops at the flush deadline")
+        .unwrap();
+    // The retrying Event is given up on (it was refused); the one behind it is flushed.
+    assert_eq!(counted(&metrics, "failed"), 1);
+    assert_eq!(counted(&metrics, "dropped"), 0);
+    assert_eq!(counted(&metrics, "written"), 2);
+    let written = events_of(&cluster.client(), &ns, &name).await;
+    assert_eq!(reasons(&written), ["Queued", "Retrying"], "{written:#?}");
+    assert!(written.iter().all(|e| e.series.is_none()), "{written:#?}");
     cluster.cleanup().await;
 }
 
