@@ -990,3 +990,145 @@ async fn metrics_use_gos_names() {
     running.stop().await;
     t.cluster.cleanup().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// A Node deleted and re-created under the same name while its cloud call is in flight
+
+const GENERATION_LABEL: &str = "example.com/generation";
+
+/// A provider wrapping FakeCloud that holds the first `instance_metadata` call for one Node (by
+/// UID) until released, and answers an instance type naming the Node's `example.com/generation`
+/// label, so the test can tell whose cloud answer a Node was initialised from.
+struct Gate {
+    fake: FakeCloud,
+    held_uid: String,
+    held: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
+#[async_trait]
+impl CloudProvider for Gate {
+    fn provider_name(&self) -> &str {
+        "fake"
+    }
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        Some(self)
+    }
+    fn instances(&self) -> Option<&dyn Instances> {
+        None
+    }
+    fn zones(&self) -> Option<&dyn Zones> {
+        None
+    }
+}
+
+#[async_trait]
+impl InstancesV2 for Gate {
+    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_exists(node)
+            .await
+    }
+    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+        self.fake
+            .instances_v2()
+            .unwrap()
+            .instance_shutdown(node)
+            .await
+    }
+    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+        if node.metadata.uid.as_deref() == Some(self.held_uid.as_str())
+            && !self.held.swap(true, Ordering::SeqCst)
+        {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+        let mut meta = self
+            .fake
+            .instances_v2()
+            .unwrap()
+            .instance_metadata(node)
+            .await?;
+        meta.instance_type = format!(
+            "type-{}",
+            label(node, GENERATION_LABEL).unwrap_or("unlabelled")
+        );
+        Ok(meta)
+    }
+}
+
+#[tokio::test]
+async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answer() {
+    let t = Test::start().await;
+    let name = t.name("recreated");
+    let old = t
+        .create(&t.node(&name).label(GENERATION_LABEL, "old").build())
+        .await;
+    let old_uid = old.metadata.uid.clone().unwrap();
+    let fake = FakeCloud::default();
+    let gate = Arc::new(Gate {
+        fake: fake.clone(),
+        held_uid: old_uid.clone(),
+        held: std::sync::atomic::AtomicBool::new(false),
+        entered: tokio::sync::Notify::new(),
+        release: tokio::sync::Notify::new(),
+    });
+    let running = t.run_controller(gate.clone(), quiet_config());
+
+    // The controller is waiting for the old Node's cloud answer...
+    tokio::time::timeout(TIMEOUT, gate.entered.notified())
+        .await
+        .expect("the controller never asked the cloud about the old node");
+    // ...while the Node is deleted and re-created under the same name, with other labels.
+    t.nodes.delete(&name, &Default::default()).await.unwrap();
+    ccm_testing::wait::wait_for_deletion(&t.nodes, &name, TIMEOUT)
+        .await
+        .unwrap();
+    let new = t
+        .create(&t.node(&name).label(GENERATION_LABEL, "new").build())
+        .await;
+    let new_uid = new.metadata.uid.clone().unwrap();
+    assert_ne!(new_uid, old_uid);
+    if let Some(server) = t.cluster.api_server() {
+        server.clear_requests();
+    }
+    gate.release.notify_one();
+
+    let node = wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
+        !has_taint(n, TAINT_UNINITIALIZED)
+    })
+    .await
+    .unwrap();
+    assert_eq!(node.metadata.uid.as_deref(), Some(new_uid.as_str()));
+    // Initialised from its own cloud answer, never from the old Node's.
+    assert_eq!(label(&node, LABEL_INSTANCE_TYPE), Some("type-new"));
+    assert_eq!(label(&node, GENERATION_LABEL), Some("new"));
+    assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
+    // The old Node's (perhaps twice: a stale cached copy may be synced again) and the new one's.
+    assert!(fake.call_count("instance_metadata") >= 2);
+    if let Some(server) = t.cluster.api_server() {
+        let spec_patches: Vec<u16> = server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.name.as_deref() == Some(name.as_str())
+                    && r.verb == "patch"
+                    && r.subresource.is_none()
+            })
+            .map(|r| r.status)
+            .collect();
+        // The write planned for the old Node is refused (and not redone on the new one); the
+        // one write that lands is the new Node's own.
+        assert_eq!(spec_patches.first(), Some(&422), "{spec_patches:?}");
+        assert_eq!(
+            spec_patches.iter().filter(|s| **s == 200).count(),
+            1,
+            "{spec_patches:?}"
+        );
+    }
+    running.stop().await;
+    t.cluster.cleanup().await;
+}

@@ -70,6 +70,7 @@ fn input(cloud: &FakeCloud) -> ConformanceInput {
         .shutdown_node(node("stopped-1"))
         .service(service())
         .route_cidr("10.244.250.0/24")
+        .ipv6_route_cidr("fd00:10:244:fa::/64")
         .lb_hosts_probe(move |svc: Service| {
             let cloud = probe_cloud.clone();
             async move {
@@ -207,8 +208,61 @@ async fn missing_inputs_skip_the_checks_that_need_them() {
     let text = report.to_string();
     assert!(text.contains("no Service given"), "{text}");
     assert!(text.contains("no route CIDR given"), "{text}");
+    assert!(
+        text.contains(
+            "SKIP routes_dual_stack_same_name_hint_both_kept (no route CIDR given (ConformanceInput::route_cidr))"
+        ),
+        "{text}"
+    );
     assert!(text.contains("no missing node given"), "{text}");
     assert!(cloud.call_count("ensure_load_balancer") == 0);
+}
+
+#[tokio::test]
+async fn the_dual_stack_route_check_needs_one_cidr_per_family() {
+    let cloud = fake().build();
+    let base = || ConformanceInput::new(CLUSTER, vec![node("n-0")]);
+    for (input, reason) in [
+        (
+            base().route_cidr("10.244.250.0/24"),
+            "no IPv6 route CIDR given (ConformanceInput::ipv6_route_cidr)",
+        ),
+        (
+            base()
+                .route_cidr("fd00:10:244:fb::/64")
+                .ipv6_route_cidr("fd00:10:244:fa::/64"),
+            r#"ConformanceInput::route_cidr "fd00:10:244:fb::/64" is not an IPv4 CIDR"#,
+        ),
+        (
+            base()
+                .route_cidr("10.244.250.0/24")
+                .ipv6_route_cidr("10.244.251.0/24"),
+            r#"ConformanceInput::ipv6_route_cidr "10.244.251.0/24" is not an IPv6 CIDR"#,
+        ),
+    ] {
+        let result = Suite::new(cloud.provider(), input)
+            .run_check(Check::RoutesDualStackSameNameHintBothKept)
+            .await;
+        assert_eq!(
+            result.outcome,
+            Outcome::Skipped {
+                reason: reason.into()
+            },
+            "{result}"
+        );
+    }
+    assert_eq!(cloud.call_count("create_route"), 0);
+
+    // Both routes of a dual-stack Node, then the IPv6 one re-created after the IPv4 one went:
+    // FakeCloud keeps one route per CIDR under the shared hint and ends with none.
+    let suite = Suite::new(cloud.provider(), input(&cloud));
+    let result = suite
+        .run_check(Check::RoutesDualStackSameNameHintBothKept)
+        .await;
+    assert!(result.outcome.is_passed(), "{result}");
+    assert!(result.notes.is_empty(), "{result}");
+    assert_eq!(cloud.call_count("create_route"), 3);
+    assert!(cloud.routes().is_empty(), "{:?}", cloud.routes());
 }
 
 #[tokio::test]
@@ -263,10 +317,14 @@ enum Flaw {
     DeleteFailsWhenMissing,
     /// `list_routes` loses the target node.
     ListLosesTargetNode,
-    /// `create_route` fails when the route already exists.
+    /// `create_route` fails when the route already exists (IPv4 routes only, so that the
+    /// dual-stack check, which creates its IPv6 route again, does not see it).
     CreateExistingRouteFails,
     /// `delete_route` fails when the route does not exist.
     DeleteMissingRouteFails,
+    /// Routes are keyed by the name hint alone: a second CIDR under the same hint (the other
+    /// family of a dual-stack Node) replaces the first.
+    RoutesKeyedByHint,
     /// A cancelled `ensure_load_balancer` leaves a load balancer that delete cannot remove.
     CancelLeaksLoadBalancer,
     /// `instance_metadata` keeps the node being looked up in shared state across an await.
@@ -280,6 +338,7 @@ struct Broken {
     ever_ensured: Mutex<bool>,
     pending: Mutex<BTreeSet<String>>,
     current: Mutex<Option<Node>>,
+    by_hint: Mutex<BTreeMap<String, Route>>,
 }
 
 impl Broken {
@@ -298,6 +357,7 @@ impl Broken {
             ever_ensured: Mutex::default(),
             pending: Mutex::default(),
             current: Mutex::default(),
+            by_hint: Mutex::default(),
         };
         (Arc::new(broken), inner)
     }
@@ -516,6 +576,7 @@ impl Routes for Broken {
 
     async fn create_route(&self, cluster: &str, hint: &str, route: &Route) -> CloudResult<()> {
         if self.is(Flaw::CreateExistingRouteFails)
+            && !route.destination_cidr.contains(':')
             && self
                 .inner
                 .routes()
@@ -523,6 +584,19 @@ impl Routes for Broken {
                 .any(|r| r.destination_cidr == route.destination_cidr)
         {
             return Err(CloudError::msg("route already exists"));
+        }
+        if self.is(Flaw::RoutesKeyedByHint) {
+            // One route per hint: the previous route under this hint is overwritten.
+            let previous = self.by_hint.lock().unwrap().get(hint).cloned();
+            if let Some(previous) = previous
+                && previous.destination_cidr != route.destination_cidr
+            {
+                self.inner.delete_route(cluster, &previous).await?;
+            }
+            self.by_hint
+                .lock()
+                .unwrap()
+                .insert(hint.to_owned(), route.clone());
         }
         self.inner.create_route(cluster, hint, route).await
     }
@@ -610,6 +684,8 @@ broken_provider_tests! {
         CreateExistingRouteFails => RoutesCreateExistingSucceeds,
     delete_missing_route_failing_fails_routes_delete_missing_succeeds:
         DeleteMissingRouteFails => RoutesDeleteMissingSucceeds,
+    routes_keyed_by_hint_fail_routes_dual_stack_same_name_hint_both_kept:
+        RoutesKeyedByHint => RoutesDualStackSameNameHintBothKept,
     cancel_leaking_load_balancer_fails_cancellation_leaves_consistent_state:
         CancelLeaksLoadBalancer => CancellationLeavesConsistentState,
     racy_metadata_fails_concurrent_calls_are_safe:
@@ -653,6 +729,7 @@ fn every_check_has_a_broken_provider() {
         Check::RoutesRoundTrip,
         Check::RoutesCreateExistingSucceeds,
         Check::RoutesDeleteMissingSucceeds,
+        Check::RoutesDualStackSameNameHintBothKept,
         Check::CancellationLeavesConsistentState,
         Check::ConcurrentCallsAreSafe,
     ];

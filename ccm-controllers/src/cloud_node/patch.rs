@@ -61,7 +61,10 @@ pub(crate) fn guarded_patch(
 
 /// Plans a change with `plan` against `node` (usually the cached copy) and writes it with a
 /// guarded JSON patch; on a conflict, re-reads the node (GET) and plans again, at most
-/// [`MAX_CONFLICT_RETRIES`] times. Returns the node as the server has it after the write (or
+/// [`MAX_CONFLICT_RETRIES`] times. A fresh read with another UID is another Node under the same
+/// name (deleted and re-created meanwhile): the Node the change was planned for is gone
+/// ([`PatchError::NotFound`]), and nothing planned for it (e.g. from its cloud answer) is written
+/// to its successor, which gets its own sync. Returns the node as the server has it after the write (or
 /// as planned from, when `plan` found nothing to change) and whether a write happened.
 pub(crate) async fn patch_node_spec<E, F>(
     api: &Api<Node>,
@@ -94,6 +97,10 @@ where
                     Err(e) if is_status(&e, &[404]) => return Err(PatchError::NotFound),
                     Err(e) => return Err(PatchError::Kube(e)),
                 };
+                if fresh.metadata.uid != node.metadata.uid {
+                    tracing::debug!(node = %name, "node was deleted and re-created; not writing to the new one");
+                    return Err(PatchError::NotFound);
+                }
                 if fresh.metadata.resource_version == node.metadata.resource_version {
                     // The node did not change: the server refused the change itself (e.g. an
                     // invalid label value, or a providerID change). Retrying cannot help.
@@ -109,16 +116,20 @@ where
     Err(PatchError::Conflicts(MAX_CONFLICT_RETRIES + 1))
 }
 
-/// Replaces `status.addresses` with a merge patch on the status subresource.
+/// Replaces `status.addresses` with a merge patch on the status subresource. The patch carries
+/// the node's `metadata.uid`, which the API server takes as a precondition (409 when it differs,
+/// as kubelet's pod status patches do): addresses from one Node's cloud answer never land on a
+/// Node re-created under the same name.
 pub(crate) async fn patch_addresses(
     api: &Api<Node>,
-    name: &str,
+    node: &Node,
     addresses: &[NodeAddress],
 ) -> Result<Node, kube::Error> {
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": { "addresses": addresses } })),
-    )
-    .await
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let mut body = json!({ "status": { "addresses": addresses } });
+    if let Some(uid) = &node.metadata.uid {
+        body["metadata"] = json!({ "uid": uid });
+    }
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+        .await
 }

@@ -236,9 +236,14 @@ impl Shared {
         let name = node.metadata.name.clone().unwrap_or_default();
         let node = match addresses {
             None => node,
-            Some(addresses) => match patch::patch_addresses(&self.api, &name, &addresses).await {
+            Some(addresses) => match patch::patch_addresses(&self.api, &node, &addresses).await {
                 Ok(n) => n,
-                Err(kube::Error::Api(s)) if s.code == 404 => return Outcome::Done,
+                // Deleted, or re-created under the same name (the UID precondition failed):
+                // the new Node gets its own sync.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    lock(&self.pending_addresses).remove(&name);
+                    return Outcome::Done;
+                }
                 Err(e) => {
                     lock(&self.pending_addresses).insert(name.clone(), (uid(&node), addresses));
                     self.warn(&node, Step::Addresses, &e);
@@ -342,9 +347,10 @@ impl Shared {
                 }
                 Ok(None) => "success",
                 Ok(Some(addresses)) => {
-                    match patch::patch_addresses(&self.api, name, &addresses).await {
+                    match patch::patch_addresses(&self.api, node, &addresses).await {
                         Ok(_) => "success",
-                        Err(kube::Error::Api(s)) if s.code == 404 => "success",
+                        // Deleted or re-created meanwhile (UID precondition): nothing to do.
+                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => "success",
                         Err(error) => {
                             tracing::warn!(node = %name, %error, "failed to patch node addresses");
                             "error"

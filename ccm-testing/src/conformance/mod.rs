@@ -29,7 +29,8 @@
 //!     .missing_node(node("gone-1"))
 //!     .shutdown_node(node("stopped-1"))
 //!     .service(service)
-//!     .route_cidr("10.244.250.0/24");
+//!     .route_cidr("10.244.250.0/24")
+//!     .ipv6_route_cidr("fd00:10:244:fa::/64");
 //! let suite = Suite::new(cloud.provider(), input)
 //!     // Skip what your account cannot do, e.g. creating routes:
 //!     .skip(Check::ConcurrentCallsAreSafe);
@@ -99,6 +100,11 @@ pub struct ConformanceInput {
     /// round-trip checks use it whole; the concurrency check splits it. It must be unused: a
     /// check finding a route in it fails, and cleanup deletes every route inside it.
     pub route_cidr: Option<String>,
+    /// An unused IPv6 CIDR the suite may create routes in, next to an IPv4
+    /// [`ConformanceInput::route_cidr`], for the dual-stack check
+    /// ([`Check::RoutesDualStackSameNameHintBothKept`]), which is skipped without it. Like
+    /// `route_cidr`, cleanup deletes every route inside it.
+    pub ipv6_route_cidr: Option<String>,
     /// Reports the backend hosts the cloud holds for a Service's load balancer, so the
     /// `update_load_balancer` check can verify the hosts really changed. Without it, that check
     /// verifies only that the update succeeds and the load balancer still exists.
@@ -137,6 +143,7 @@ impl fmt::Debug for ConformanceInput {
             )
             .field("service", &self.service.as_ref().map(|s| &s.metadata.name))
             .field("route_cidr", &self.route_cidr)
+            .field("ipv6_route_cidr", &self.ipv6_route_cidr)
             .field("lb_hosts_probe", &self.lb_hosts_probe.is_some())
             .field("call_timeout", &self.call_timeout)
             .field("retry_budget", &self.retry_budget)
@@ -156,6 +163,7 @@ impl ConformanceInput {
             shutdown_node: None,
             service: None,
             route_cidr: None,
+            ipv6_route_cidr: None,
             lb_hosts_probe: None,
             call_timeout: Duration::from_secs(60),
             retry_budget: Duration::from_secs(300),
@@ -185,6 +193,12 @@ impl ConformanceInput {
     /// Sets [`ConformanceInput::route_cidr`].
     pub fn route_cidr(mut self, cidr: impl Into<String>) -> Self {
         self.route_cidr = Some(cidr.into());
+        self
+    }
+
+    /// Sets [`ConformanceInput::ipv6_route_cidr`].
+    pub fn ipv6_route_cidr(mut self, cidr: impl Into<String>) -> Self {
+        self.ipv6_route_cidr = Some(cidr.into());
         self
     }
 
@@ -313,6 +327,17 @@ pub enum Check {
     /// Why: §1.6, `DeleteRoute` takes a route as returned by `ListRoutes`, which can be gone by
     /// the time it is deleted (two reconciles, a cloud-side cleanup).
     RoutesDeleteMissingSucceeds,
+    /// Two routes created with the same name hint and target node, one to an IPv4 and one to an
+    /// IPv6 CIDR ([`ConformanceInput::route_cidr`] and [`ConformanceInput::ipv6_route_cidr`]),
+    /// are both listed with their own CIDRs; deleting the IPv4 one leaves the IPv6 one, creating
+    /// the IPv6 one again does not duplicate it, and deleting it leaves neither.
+    ///
+    /// Why: §1.6, the framework passes the Node UID as `nameHint`, and §5.3 step 3, the route
+    /// controller creates one route per pod CIDR, "so dual-stack nodes get one route per
+    /// family": both routes of a dual-stack Node carry the same hint. A provider that keys
+    /// routes by the hint alone overwrites the IPv4 route with the IPv6 one, and the controller
+    /// re-creates the missing one on every reconcile, each overwriting the other.
+    RoutesDualStackSameNameHintBothKept,
     /// When both `instances` (v1) and `instances_v2` are offered, they agree: provider ID,
     /// instance type, addresses, existence, shutdown state and (with `Zones`) zone and region.
     ///
@@ -366,6 +391,7 @@ impl Check {
         Check::RoutesRoundTrip,
         Check::RoutesCreateExistingSucceeds,
         Check::RoutesDeleteMissingSucceeds,
+        Check::RoutesDualStackSameNameHintBothKept,
         Check::CancellationLeavesConsistentState,
         Check::ConcurrentCallsAreSafe,
     ];
@@ -394,6 +420,9 @@ impl Check {
             Check::RoutesRoundTrip => "routes_round_trip",
             Check::RoutesCreateExistingSucceeds => "routes_create_existing_succeeds",
             Check::RoutesDeleteMissingSucceeds => "routes_delete_missing_succeeds",
+            Check::RoutesDualStackSameNameHintBothKept => {
+                "routes_dual_stack_same_name_hint_both_kept"
+            }
             Check::LegacyV1ConsistentWithV2 => "legacy_v1_consistent_with_v2",
             Check::LegacyInstanceIdNotFoundForUnknown => "legacy_instance_id_not_found_for_unknown",
             Check::CancellationLeavesConsistentState => "cancellation_leaves_consistent_state",

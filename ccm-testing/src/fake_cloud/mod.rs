@@ -28,7 +28,8 @@
 //!   A load balancer is reported only to the cluster name that created it.
 //! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
 //!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
-//!   route controller passes one hint, the Node UID, for both families of a dual-stack Node);
+//!   route controller passes one hint, the Node UID, for both families of a dual-stack Node;
+//!   the route to a CIDR keeps its name while it exists);
 //!   creating an existing route replaces it and succeeds, deleting a missing route succeeds.
 //!   Routes seeded with [`FakeCloud::insert_route`] are listed for every cluster name.
 //! - **Clusters**: `list_clusters` answers `clusters`; `master` answers

@@ -416,13 +416,24 @@ impl Routes for FakeCloud {
             let base = format!("{cluster_name}-{name_hint}");
             // The route controller passes the Node's UID as the hint for every pod CIDR of the
             // Node (one per family on dual-stack), as Go does: a second CIDR under the same
-            // hint gets its own route instead of replacing the first.
-            let name = match st.routes.get(&base) {
-                Some(r) if r.route.destination_cidr != route.destination_cidr => format!(
-                    "{base}-{}",
-                    route.destination_cidr.replace(['/', ':', '.'], "-")
-                ),
-                _ => base,
+            // hint gets its own route instead of replacing the first. The route to this CIDR
+            // under this hint keeps its name, wherever the other family's route is, so creating
+            // it again (after a lost answer) replaces it instead of duplicating it.
+            let suffixed = format!(
+                "{base}-{}",
+                route.destination_cidr.replace(['/', ':', '.'], "-")
+            );
+            let holds_this_cidr = |name: &str| {
+                st.routes
+                    .get(name)
+                    .is_some_and(|r| r.route.destination_cidr == route.destination_cidr)
+            };
+            let name = if holds_this_cidr(&suffixed)
+                || (st.routes.contains_key(&base) && !holds_this_cidr(&base))
+            {
+                suffixed
+            } else {
+                base
             };
             st.routes.insert(
                 name.clone(),
