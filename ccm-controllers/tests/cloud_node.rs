@@ -138,23 +138,61 @@ fn quiet_config() -> CloudNodeConfig {
     }
 }
 
-/// A provider wrapping FakeCloud whose `InstancesV2` answers can be edited, and which counts
-/// how many `instance_metadata` calls run at once.
+/// What a [`Probe`] does to FakeCloud's `instance_metadata` answer for a Node.
+type Tweak = Box<dyn Fn(&Node, &mut InstanceMetadata) + Send + Sync>;
+
+/// A provider wrapping FakeCloud whose `InstancesV2` answers can be edited, which counts how
+/// many `instance_metadata` calls run at once, and which can hold a Node's first call.
 struct Probe {
     fake: FakeCloud,
-    tweak: fn(&mut InstanceMetadata),
+    tweak: Tweak,
+    hold: Option<Hold>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
 }
 
+/// Holds the first `instance_metadata` call for one Node (by UID) until released.
+struct Hold {
+    uid: String,
+    taken: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+}
+
 impl Probe {
     fn new(fake: FakeCloud, tweak: fn(&mut InstanceMetadata)) -> Arc<Probe> {
+        Probe::build(fake, Box::new(move |_, m| tweak(m)), None)
+    }
+
+    /// Holds the first call for the Node with `uid`; `tweak` sees the Node asked about.
+    fn holding(
+        fake: FakeCloud,
+        uid: &str,
+        tweak: impl Fn(&Node, &mut InstanceMetadata) + Send + Sync + 'static,
+    ) -> Arc<Probe> {
+        let hold = Hold {
+            uid: uid.to_string(),
+            taken: std::sync::atomic::AtomicBool::new(false),
+            entered: tokio::sync::Notify::new(),
+            release: tokio::sync::Notify::new(),
+        };
+        Probe::build(fake, Box::new(tweak), Some(hold))
+    }
+
+    fn build(fake: FakeCloud, tweak: Tweak, hold: Option<Hold>) -> Arc<Probe> {
         Arc::new(Probe {
             fake,
             tweak,
+            hold,
             in_flight: AtomicUsize::new(0),
             max_in_flight: AtomicUsize::new(0),
         })
+    }
+
+    fn hold(&self) -> &Hold {
+        self.hold
+            .as_ref()
+            .expect("a probe made with Probe::holding")
     }
 }
 
@@ -191,6 +229,13 @@ impl InstancesV2 for Probe {
             .await
     }
     async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+        if let Some(hold) = &self.hold
+            && node.metadata.uid.as_deref() == Some(hold.uid.as_str())
+            && !hold.taken.swap(true, Ordering::SeqCst)
+        {
+            hold.entered.notify_one();
+            hold.release.notified().await;
+        }
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         let result = self
@@ -201,7 +246,7 @@ impl InstancesV2 for Probe {
             .await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         let mut meta = result?;
-        (self.tweak)(&mut meta);
+        (self.tweak)(node, &mut meta);
         Ok(meta)
     }
 }
@@ -996,70 +1041,6 @@ async fn metrics_use_gos_names() {
 
 const GENERATION_LABEL: &str = "example.com/generation";
 
-/// A provider wrapping FakeCloud that holds the first `instance_metadata` call for one Node (by
-/// UID) until released, and answers an instance type naming the Node's `example.com/generation`
-/// label, so the test can tell whose cloud answer a Node was initialised from.
-struct Gate {
-    fake: FakeCloud,
-    held_uid: String,
-    held: std::sync::atomic::AtomicBool,
-    entered: tokio::sync::Notify,
-    release: tokio::sync::Notify,
-}
-
-#[async_trait]
-impl CloudProvider for Gate {
-    fn provider_name(&self) -> &str {
-        "fake"
-    }
-    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
-        Some(self)
-    }
-    fn instances(&self) -> Option<&dyn Instances> {
-        None
-    }
-    fn zones(&self) -> Option<&dyn Zones> {
-        None
-    }
-}
-
-#[async_trait]
-impl InstancesV2 for Gate {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        self.fake
-            .instances_v2()
-            .unwrap()
-            .instance_exists(node)
-            .await
-    }
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        self.fake
-            .instances_v2()
-            .unwrap()
-            .instance_shutdown(node)
-            .await
-    }
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
-        if node.metadata.uid.as_deref() == Some(self.held_uid.as_str())
-            && !self.held.swap(true, Ordering::SeqCst)
-        {
-            self.entered.notify_one();
-            self.release.notified().await;
-        }
-        let mut meta = self
-            .fake
-            .instances_v2()
-            .unwrap()
-            .instance_metadata(node)
-            .await?;
-        meta.instance_type = format!(
-            "type-{}",
-            label(node, GENERATION_LABEL).unwrap_or("unlabelled")
-        );
-        Ok(meta)
-    }
-}
-
 #[tokio::test]
 async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answer() {
     let t = Test::start().await;
@@ -1069,17 +1050,18 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
         .await;
     let old_uid = old.metadata.uid.clone().unwrap();
     let fake = FakeCloud::default();
-    let gate = Arc::new(Gate {
-        fake: fake.clone(),
-        held_uid: old_uid.clone(),
-        held: std::sync::atomic::AtomicBool::new(false),
-        entered: tokio::sync::Notify::new(),
-        release: tokio::sync::Notify::new(),
+    // Holds the old Node's cloud call; answers an instance type naming the asked Node's
+    // generation label, so the test can tell whose answer a Node was initialised from.
+    let probe = Probe::holding(fake.clone(), &old_uid, |node, meta| {
+        meta.instance_type = format!(
+            "type-{}",
+            label(node, GENERATION_LABEL).unwrap_or("unlabelled")
+        );
     });
-    let running = t.run_controller(gate.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config());
 
     // The controller is waiting for the old Node's cloud answer...
-    tokio::time::timeout(TIMEOUT, gate.entered.notified())
+    tokio::time::timeout(TIMEOUT, probe.hold().entered.notified())
         .await
         .expect("the controller never asked the cloud about the old node");
     // ...while the Node is deleted and re-created under the same name, with other labels.
@@ -1095,7 +1077,7 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
     if let Some(server) = t.cluster.api_server() {
         server.clear_requests();
     }
-    gate.release.notify_one();
+    probe.hold().release.notify_one();
 
     let node = wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
         !has_taint(n, TAINT_UNINITIALIZED)
