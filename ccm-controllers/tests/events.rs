@@ -16,7 +16,7 @@ mod service_common;
 use std::time::Duration;
 
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::events::{EventBroadcaster, MAX_TRIES_PER_EVENT};
+use ccm_controllers::events::{EventBroadcaster, EventRecorder, EventWriter, MAX_TRIES_PER_EVENT};
 use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
 use ccm_testing::TestCluster;
 use ccm_testing::apiserver::ApiServer;
@@ -90,6 +90,59 @@ fn counted(metrics: &MetricsRegistry, result: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {prefix} in {text}"))
 }
 
+/// One Event writer test: a cluster, a broadcaster, a recorder and a subject to hang Events
+/// on; `start` also returns the broadcaster's writer, not yet running.
+struct WriterTest {
+    cluster: TestCluster,
+    ns: String,
+    name: String,
+    metrics: std::sync::Arc<MetricsRegistry>,
+    events: EventBroadcaster,
+    recorder: EventRecorder,
+    object: Service,
+}
+
+impl WriterTest {
+    /// With the default queue size, or `capacity`.
+    async fn start(capacity: Option<usize>) -> (WriterTest, EventWriter) {
+        let cluster = TestCluster::start().await;
+        let ns = cluster.namespace().await;
+        let name = cluster.unique_name("subject");
+        let metrics = MetricsRegistry::new();
+        let (events, writer) = match capacity {
+            Some(n) => EventBroadcaster::with_capacity(cluster.client(), "t", &metrics, n),
+            None => EventBroadcaster::new(cluster.client(), "t", &metrics),
+        };
+        let recorder = events.recorder("test-controller");
+        let object = subject(&ns, &name);
+        let t = WriterTest {
+            cluster,
+            ns,
+            name,
+            metrics,
+            events,
+            recorder,
+            object,
+        };
+        (t, writer)
+    }
+
+    /// The Events regarding the subject now.
+    async fn events_now(&self) -> Vec<Event> {
+        events_of(&self.cluster.client(), &self.ns, &self.name).await
+    }
+
+    /// Waits for `n` Events regarding the subject.
+    async fn wait_events(&self, n: usize) -> Vec<Event> {
+        wait_events(&self.cluster.client(), &self.ns, &self.name, n).await
+    }
+
+    /// `event_recorder_events_total{result="<result>"}`.
+    fn counted(&self, result: &str) -> u64 {
+        counted(&self.metrics, result)
+    }
+}
+
 #[tokio::test]
 async fn events_arrive_with_their_type_reason_note_and_reporter_and_repeats_fold() {
     let cluster = TestCluster::start().await;
@@ -144,84 +197,70 @@ async fn events_arrive_with_their_type_reason_note_and_reporter_and_repeats_fold
 
 #[tokio::test]
 async fn a_full_queue_drops_new_events_and_counts_them() {
-    let cluster = TestCluster::start().await;
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
     // The writer is not running yet: nothing leaves the queue.
-    let (events, writer) = EventBroadcaster::with_capacity(cluster.client(), "t", &metrics, 2);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
+    let (t, writer) = WriterTest::start(Some(2)).await;
     for i in 1..=5 {
-        recorder.normal(&object, &format!("Reason{i}"), format!("event {i}"));
+        t.recorder
+            .normal(&t.object, &format!("Reason{i}"), format!("event {i}"));
     }
-    assert_eq!(events.queued(), 2);
-    assert_eq!(counted(&metrics, "dropped"), 3);
+    assert_eq!(t.events.queued(), 2);
+    assert_eq!(t.counted("dropped"), 3);
 
     // As client-go's DropIfChannelFull: the queued ones are kept, the newer ones dropped.
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(5)));
-    let written = wait_events(&cluster.client(), &ns, &name, 2).await;
+    let written = t.wait_events(2).await;
     assert_eq!(reasons(&written), ["Reason1", "Reason2"]);
     assert!(
-        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        eventually(WAIT, || async { t.counted("written") == 2 }).await,
         "{}",
-        metrics.encode().unwrap()
+        t.metrics.encode().unwrap()
     );
     // Room again: the next one is written.
-    recorder.normal(&object, "Reason6", "event 6");
-    let written = wait_events(&cluster.client(), &ns, &name, 3).await;
+    t.recorder.normal(&t.object, "Reason6", "event 6");
+    let written = t.wait_events(3).await;
     assert_eq!(reasons(&written), ["Reason1", "Reason2", "Reason6"]);
-    assert_eq!(counted(&metrics, "dropped"), 3);
+    assert_eq!(t.counted("dropped"), 3);
 
     stop.cancel();
     task.await.unwrap();
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn stopping_flushes_the_queue_and_later_events_are_dropped() {
-    let cluster = TestCluster::start().await;
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
+    let (t, writer) = WriterTest::start(None).await;
     for i in 1..=3 {
-        recorder.warning(&object, &format!("Reason{i}"), format!("event {i}"));
+        t.recorder
+            .warning(&t.object, &format!("Reason{i}"), format!("event {i}"));
     }
     // Told to stop before it wrote anything: it still writes what is queued, then returns.
     let stop = CancellationToken::new();
     stop.cancel();
     writer.run(stop, WAIT).await;
-    events.stopped().await;
-    let written = events_of(&cluster.client(), &ns, &name).await;
+    t.events.stopped().await;
+    let written = t.events_now().await;
     assert_eq!(reasons(&written), ["Reason1", "Reason2", "Reason3"]);
-    assert_eq!(counted(&metrics, "written"), 3);
+    assert_eq!(t.counted("written"), 3);
 
     // Nothing is written any more; what is recorded now is counted as dropped.
-    recorder.normal(&object, "TooLate", "after the writer stopped");
-    assert_eq!(counted(&metrics, "dropped"), 1);
-    assert_eq!(events.queued(), 0);
-    cluster.cleanup().await;
+    t.recorder
+        .normal(&t.object, "TooLate", "after the writer stopped");
+    assert_eq!(t.counted("dropped"), 1);
+    assert_eq!(t.events.queued(), 0);
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
-    let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
     };
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     server.fail_next("create", "events", 1, 429, Some(HANG));
-    recorder.normal(&object, "Hangs", "the first write hangs");
-    recorder.normal(&object, "Waits", "queued behind it");
+    t.recorder
+        .normal(&t.object, "Hangs", "the first write hangs");
+    t.recorder.normal(&t.object, "Waits", "queued behind it");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_millis(200)));
     // The first write is in flight (answered 429, the client waits an hour to retry).
@@ -240,10 +279,10 @@ async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
         .await
         .expect("the writer stops at the flush deadline")
         .unwrap();
-    assert_eq!(counted(&metrics, "dropped"), 2);
-    assert_eq!(counted(&metrics, "written"), 0);
-    assert!(events_of(&cluster.client(), &ns, &name).await.is_empty());
-    cluster.cleanup().await;
+    assert_eq!(t.counted("dropped"), 2);
+    assert_eq!(t.counted("written"), 0);
+    assert!(t.events_now().await.is_empty());
+    t.cluster.cleanup().await;
 }
 
 /// A short sleep between tries, so that retry tests run fast.
@@ -271,32 +310,27 @@ fn resource_version(event: &Event) -> u64 {
 
 #[tokio::test]
 async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones() {
-    let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
     };
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     server.fail_next("create", "events", 1, 500, None);
-    recorder.normal(&object, "First", "refused once with 500");
-    recorder.normal(&object, "Second", "queued behind it");
+    t.recorder
+        .normal(&t.object, "First", "refused once with 500");
+    t.recorder.normal(&t.object, "Second", "queued behind it");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
 
-    let written = wait_events(&cluster.client(), &ns, &name, 2).await;
+    let written = t.wait_events(2).await;
     assert_eq!(reasons(&written), ["First", "Second"], "{written:#?}");
     assert!(
-        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        eventually(WAIT, || async { t.counted("written") == 2 }).await,
         "{}",
-        metrics.encode().unwrap()
+        t.metrics.encode().unwrap()
     );
-    assert_eq!(counted(&metrics, "retried"), 1);
-    assert_eq!(counted(&metrics, "failed"), 0);
+    assert_eq!(t.counted("retried"), 1);
+    assert_eq!(t.counted("failed"), 0);
     // One refused create, its retry, then the Event queued behind it: in order.
     assert_eq!(event_creates(server), [500, 201, 201]);
     let first = written
@@ -311,159 +345,131 @@ async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones(
 
     stop.cancel();
     task.await.unwrap();
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn an_event_the_server_rejects_with_a_client_error_is_not_retried() {
-    let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
     };
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
     // Bad request, AlreadyExists, Forbidden (e.g. the namespace is terminating), Invalid.
     let statuses = [400, 409, 403, 422];
     for (i, status) in statuses.into_iter().enumerate() {
         server.fail_next("create", "events", 1, status, None);
-        recorder.warning(&object, &format!("Rejected{status}"), "refused for good");
+        t.recorder
+            .warning(&t.object, &format!("Rejected{status}"), "refused for good");
         assert!(
-            eventually(WAIT, || async {
-                counted(&metrics, "failed") == i as u64 + 1
-            })
-            .await,
+            eventually(WAIT, || async { t.counted("failed") == i as u64 + 1 }).await,
             "{status}: {}",
-            metrics.encode().unwrap()
+            t.metrics.encode().unwrap()
         );
     }
     // A retry would be made before the next queued Event is written.
-    recorder.normal(&object, "Accepted", "written");
-    let written = wait_events(&cluster.client(), &ns, &name, 1).await;
+    t.recorder.normal(&t.object, "Accepted", "written");
+    let written = t.wait_events(1).await;
     assert_eq!(reasons(&written), ["Accepted"], "{written:#?}");
     assert_eq!(event_creates(server), [400, 409, 403, 422, 201]);
-    assert_eq!(counted(&metrics, "retried"), 0);
-    assert_eq!(counted(&metrics, "failed"), 4);
-    assert_eq!(counted(&metrics, "written"), 1);
+    assert_eq!(t.counted("retried"), 0);
+    assert_eq!(t.counted("failed"), 4);
+    assert_eq!(t.counted("written"), 1);
 
     stop.cancel();
     task.await.unwrap();
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn an_event_that_keeps_failing_is_given_up_after_the_last_try() {
-    let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
     };
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     let tries = MAX_TRIES_PER_EVENT as usize;
     // One failure more than the tries: the extra one would be seen by a 13th try.
     server.fail_next("create", "events", tries + 1, 500, None);
-    recorder.normal(&object, "Doomed", "refused every time");
+    t.recorder.normal(&t.object, "Doomed", "refused every time");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
     assert!(
-        eventually(WAIT, || async { counted(&metrics, "failed") == 1 }).await,
+        eventually(WAIT, || async { t.counted("failed") == 1 }).await,
         "{}",
-        metrics.encode().unwrap()
+        t.metrics.encode().unwrap()
     );
-    assert_eq!(counted(&metrics, "retried"), tries as u64 - 1);
+    assert_eq!(t.counted("retried"), tries as u64 - 1);
     assert_eq!(event_creates(server), vec![500; tries]);
     // The writer goes on with the next Event (which meets the one fault left over).
-    recorder.normal(&object, "Next", "written after one retry");
-    let written = wait_events(&cluster.client(), &ns, &name, 1).await;
+    t.recorder
+        .normal(&t.object, "Next", "written after one retry");
+    let written = t.wait_events(1).await;
     assert_eq!(reasons(&written), ["Next"], "{written:#?}");
-    assert_eq!(counted(&metrics, "failed"), 1);
-    assert_eq!(counted(&metrics, "retried"), tries as u64);
+    assert_eq!(t.counted("failed"), 1);
+    assert_eq!(t.counted("retried"), tries as u64);
 
     stop.cancel();
     task.await.unwrap();
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
-    let cluster = TestCluster::start().await;
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
+    let (t, writer) = WriterTest::start(None).await;
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
-    recorder.normal(&object, "Synced", "first");
-    let first = wait_events(&cluster.client(), &ns, &name, 1).await;
-    let api: Api<Event> = Api::namespaced(cluster.client(), &ns);
+    t.recorder.normal(&t.object, "Synced", "first");
+    let first = t.wait_events(1).await;
+    let api: Api<Event> = Api::namespaced(t.cluster.client(), &t.ns);
     api.delete(
         first[0].metadata.name.as_deref().unwrap(),
         &Default::default(),
     )
     .await
     .unwrap();
-    assert!(
-        eventually(WAIT, || async {
-            events_of(&cluster.client(), &ns, &name).await.is_empty()
-        })
-        .await
-    );
+    assert!(eventually(WAIT, || async { t.events_now().await.is_empty() }).await);
     // The repeat's PATCH of the series meets 404: as client-go, the Event is created anew.
-    recorder.normal(&object, "Synced", "again");
-    let again = wait_events(&cluster.client(), &ns, &name, 1).await;
+    t.recorder.normal(&t.object, "Synced", "again");
+    let again = t.wait_events(1).await;
     assert_eq!(reasons(&again), ["Synced"]);
     assert_ne!(again[0].metadata.name, first[0].metadata.name);
     assert!(
-        eventually(WAIT, || async { counted(&metrics, "written") == 2 }).await,
+        eventually(WAIT, || async { t.counted("written") == 2 }).await,
         "{}",
-        metrics.encode().unwrap()
+        t.metrics.encode().unwrap()
     );
-    assert_eq!(counted(&metrics, "retried"), 1);
-    assert_eq!(counted(&metrics, "failed"), 0);
+    assert_eq!(t.counted("retried"), 1);
+    assert_eq!(t.counted("failed"), 0);
 
     stop.cancel();
     task.await.unwrap();
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_the_rest() {
-    let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
     };
-    let ns = cluster.namespace().await;
-    let name = cluster.unique_name("subject");
-    let metrics = MetricsRegistry::new();
-    let (events, writer) = EventBroadcaster::new(cluster.client(), "t", &metrics);
     // Sleeps of up to an hour between tries: a retry never comes during the test.
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, HANG);
-    let recorder = events.recorder("test-controller");
-    let object = subject(&ns, &name);
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(2)));
-    recorder.normal(&object, "Retrying", "written, then its repeat is refused");
-    assert!(eventually(WAIT, || async { counted(&metrics, "written") == 1 }).await);
+    t.recorder
+        .normal(&t.object, "Retrying", "written, then its repeat is refused");
+    assert!(eventually(WAIT, || async { t.counted("written") == 1 }).await);
     // The repeat is a PATCH of the series. Two failures: should the random first sleep be
     // short, the second try fails too and the writer sleeps the full hour. Creates (the Event
     // queued behind) meet no fault.
     server.fail_next("patch", "events", 2, 500, None);
-    recorder.normal(&object, "Retrying", "refused, then waits to retry");
-    recorder.normal(&object, "Queued", "queued behind it");
+    t.recorder
+        .normal(&t.object, "Retrying", "refused, then waits to retry");
+    t.recorder.normal(&t.object, "Queued", "queued behind it");
     assert!(
         eventually(WAIT, || async {
             server
@@ -480,13 +486,13 @@ async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_th
         .expect("the writer stops at the flush deadline")
         .unwrap();
     // The retrying Event is given up on (it was refused); the one behind it is flushed.
-    assert_eq!(counted(&metrics, "failed"), 1);
-    assert_eq!(counted(&metrics, "dropped"), 0);
-    assert_eq!(counted(&metrics, "written"), 2);
-    let written = events_of(&cluster.client(), &ns, &name).await;
+    assert_eq!(t.counted("failed"), 1);
+    assert_eq!(t.counted("dropped"), 0);
+    assert_eq!(t.counted("written"), 2);
+    let written = t.events_now().await;
     assert_eq!(reasons(&written), ["Queued", "Retrying"], "{written:#?}");
     assert!(written.iter().all(|e| e.series.is_none()), "{written:#?}");
-    cluster.cleanup().await;
+    t.cluster.cleanup().await;
 }
 
 #[tokio::test]
