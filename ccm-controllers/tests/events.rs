@@ -141,6 +141,15 @@ impl WriterTest {
     fn counted(&self, result: &str) -> u64 {
         counted(&self.metrics, result)
     }
+
+    /// Waits until `event_recorder_events_total{result="<result>"}` is `n`.
+    async fn wait_counted(&self, result: &str, n: u64) {
+        assert!(
+            eventually(WAIT, || async { self.counted(result) == n }).await,
+            "{result} never reached {n}: {}",
+            self.metrics.encode().unwrap()
+        );
+    }
 }
 
 #[tokio::test]
@@ -211,11 +220,7 @@ async fn a_full_queue_drops_new_events_and_counts_them() {
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(5)));
     let written = t.wait_events(2).await;
     assert_eq!(reasons(&written), ["Reason1", "Reason2"]);
-    assert!(
-        eventually(WAIT, || async { t.counted("written") == 2 }).await,
-        "{}",
-        t.metrics.encode().unwrap()
-    );
+    t.wait_counted("written", 2).await;
     // Room again: the next one is written.
     t.recorder.normal(&t.object, "Reason6", "event 6");
     let written = t.wait_events(3).await;
@@ -324,11 +329,7 @@ async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones(
 
     let written = t.wait_events(2).await;
     assert_eq!(reasons(&written), ["First", "Second"], "{written:#?}");
-    assert!(
-        eventually(WAIT, || async { t.counted("written") == 2 }).await,
-        "{}",
-        t.metrics.encode().unwrap()
-    );
+    t.wait_counted("written", 2).await;
     assert_eq!(t.counted("retried"), 1);
     assert_eq!(t.counted("failed"), 0);
     // One refused create, its retry, then the Event queued behind it: in order.
@@ -363,11 +364,8 @@ async fn an_event_the_server_rejects_with_a_client_error_is_not_retried() {
         server.fail_next("create", "events", 1, status, None);
         t.recorder
             .warning(&t.object, &format!("Rejected{status}"), "refused for good");
-        assert!(
-            eventually(WAIT, || async { t.counted("failed") == i as u64 + 1 }).await,
-            "{status}: {}",
-            t.metrics.encode().unwrap()
-        );
+        // Given up on, not retried (a retry would meet no fault and be written).
+        t.wait_counted("failed", i as u64 + 1).await;
     }
     // A retry would be made before the next queued Event is written.
     t.recorder.normal(&t.object, "Accepted", "written");
@@ -396,11 +394,7 @@ async fn an_event_that_keeps_failing_is_given_up_after_the_last_try() {
     t.recorder.normal(&t.object, "Doomed", "refused every time");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
-    assert!(
-        eventually(WAIT, || async { t.counted("failed") == 1 }).await,
-        "{}",
-        t.metrics.encode().unwrap()
-    );
+    t.wait_counted("failed", 1).await;
     assert_eq!(t.counted("retried"), tries as u64 - 1);
     assert_eq!(event_creates(server), vec![500; tries]);
     // The writer goes on with the next Event (which meets the one fault left over).
@@ -437,11 +431,7 @@ async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
     let again = t.wait_events(1).await;
     assert_eq!(reasons(&again), ["Synced"]);
     assert_ne!(again[0].metadata.name, first[0].metadata.name);
-    assert!(
-        eventually(WAIT, || async { t.counted("written") == 2 }).await,
-        "{}",
-        t.metrics.encode().unwrap()
-    );
+    t.wait_counted("written", 2).await;
     assert_eq!(t.counted("retried"), 1);
     assert_eq!(t.counted("failed"), 0);
 
@@ -462,7 +452,7 @@ async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_th
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(2)));
     t.recorder
         .normal(&t.object, "Retrying", "written, then its repeat is refused");
-    assert!(eventually(WAIT, || async { t.counted("written") == 1 }).await);
+    t.wait_counted("written", 1).await;
     // The repeat is a PATCH of the series. Two failures: should the random first sleep be
     // short, the second try fails too and the writer sleeps the full hour. Creates (the Event
     // queued behind) meet no fault.
