@@ -470,18 +470,12 @@ impl EventWriter {
                 );
                 return;
             }
-            if let Some(suppressed) = self.fail_log.allow() {
-                tracing::warn!(
-                    component = %queued.component,
-                    reason = %queued.reason,
-                    object = queued.regarding.name.as_deref().unwrap_or_default(),
-                    %error,
-                    tries,
-                    ?delay,
-                    suppressed,
-                    "failed to publish event; retrying (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total)"
-                );
-            }
+            let max_tries = self.max_tries;
+            self.warn_failure(
+                &queued,
+                &error,
+                format_args!("retrying in {delay:?} (try {tries} of {max_tries})"),
+            );
             tokio::time::sleep_until(wake).await;
             self.shared.count("retried", 1);
         }
@@ -523,6 +517,17 @@ impl EventWriter {
     /// Counts and logs an Event given up on after a failed attempt.
     fn failed(&mut self, queued: &Queued, error: &kube::Error, why: &str) {
         self.shared.count("failed", 1);
+        self.warn_failure(queued, error, format_args!("{why}"));
+    }
+
+    /// Logs a failed write of `queued` and what happens to it next (`outcome`), at most once
+    /// per [`LOG_INTERVAL`]: the failures in between are only counted.
+    fn warn_failure(
+        &mut self,
+        queued: &Queued,
+        error: &kube::Error,
+        outcome: std::fmt::Arguments<'_>,
+    ) {
         if let Some(suppressed) = self.fail_log.allow() {
             tracing::warn!(
                 component = %queued.component,
@@ -530,7 +535,7 @@ impl EventWriter {
                 object = queued.regarding.name.as_deref().unwrap_or_default(),
                 %error,
                 suppressed,
-                "failed to publish event, {why} (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total)"
+                "failed to publish event, {outcome} (failures in the next {LOG_INTERVAL:?} are only counted in event_recorder_events_total)"
             );
         }
     }

@@ -25,6 +25,7 @@ use ccm_core::{
     CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node, NodeAddress, Zones,
     async_trait,
 };
+use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for};
@@ -128,6 +129,22 @@ fn fake_internal_ip(addrs: &[(String, String)]) -> String {
         .find(|(t, _)| t == "InternalIP")
         .map(|(_, a)| a.clone())
         .unwrap()
+}
+
+/// The statuses the server answered to PATCHes of Node `name` itself (not a subresource), in
+/// order; only those of `content_type` when given.
+fn spec_patch_statuses(server: &ApiServer, name: &str, content_type: Option<&str>) -> Vec<u16> {
+    server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.name.as_deref() == Some(name)
+                && r.verb == "patch"
+                && r.subresource.is_none()
+                && content_type.is_none_or(|c| r.content_type.as_deref() == Some(c))
+        })
+        .map(|r| r.status)
+        .collect()
 }
 
 /// A config whose periodic refresh stays out of the way.
@@ -807,17 +824,7 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
     // One cloud call: the conflict was resolved from a fresh read, not a new cloud call.
     assert_eq!(fake.call_count("instance_metadata"), 1);
     if let Some(server) = t.cluster.api_server() {
-        let spec_patches: Vec<u16> = server
-            .requests()
-            .iter()
-            .filter(|r| {
-                r.name.as_deref() == Some(name.as_str())
-                    && r.verb == "patch"
-                    && r.subresource.is_none()
-                    && r.content_type.as_deref() == Some("application/json-patch+json")
-            })
-            .map(|r| r.status)
-            .collect();
+        let spec_patches = spec_patch_statuses(server, &name, Some("application/json-patch+json"));
         assert_eq!(
             spec_patches,
             vec![422, 200],
@@ -1092,16 +1099,7 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
     // The old Node's (perhaps twice: a stale cached copy may be synced again) and the new one's.
     assert!(fake.call_count("instance_metadata") >= 2);
     if let Some(server) = t.cluster.api_server() {
-        let spec_patches: Vec<u16> = server
-            .requests()
-            .iter()
-            .filter(|r| {
-                r.name.as_deref() == Some(name.as_str())
-                    && r.verb == "patch"
-                    && r.subresource.is_none()
-            })
-            .map(|r| r.status)
-            .collect();
+        let spec_patches = spec_patch_statuses(server, &name, None);
         // The write planned for the old Node is refused (and not redone on the new one); the
         // one write that lands is the new Node's own.
         assert_eq!(spec_patches.first(), Some(&422), "{spec_patches:?}");

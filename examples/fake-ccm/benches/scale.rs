@@ -640,7 +640,6 @@ impl OwnThread {
         Fut: std::future::Future<Output = ()>,
     {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
         let config = env.config.clone();
         let thread = std::thread::Builder::new()
             .name(name.into())
@@ -651,16 +650,13 @@ impl OwnThread {
                     .unwrap();
                 rt.block_on(async move {
                     let client = kube::Client::try_from(config).unwrap();
-                    let task = task(client);
-                    let _ = ready_tx.send(());
                     tokio::select! {
-                        _ = task => {}
+                        _ = task(client) => {}
                         _ = stopped => {}
                     }
                 });
             })
             .unwrap();
-        let _ = ready_rx.recv();
         OwnThread {
             stop: Some(stop),
             thread: Some(thread),
