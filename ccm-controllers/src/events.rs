@@ -640,7 +640,7 @@ impl Writes {
         let Job { queued, write, .. } = job;
         let namespace = queued.regarding.namespace.as_deref().unwrap_or("default");
         let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
-        let series = (write.count > 1).then(|| EventSeries {
+        let series = (write.count > 1).then_some(EventSeries {
             count: write.count,
             last_observed_time: MicroTime(write.last),
         });
