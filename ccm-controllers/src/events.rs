@@ -104,12 +104,14 @@ pub const MAX_TRIES_PER_EVENT: u32 = 12;
 /// (client-go's `defaultSleepDuration`).
 pub const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
 
-/// Event writes in flight at most. Sixteen: at the 20-30 ms a write takes on a loaded
-/// kube-apiserver that is 500-800 Events/s, so the few thousand `Synced` Events of a large
-/// node burst land within seconds of it; yet it is under a tenth of kube-apiserver's default
-/// `--max-mutating-requests-inflight` (200) and few enough connections not to matter next to
-/// the controllers' own.
-pub const MAX_IN_FLIGHT: usize = 16;
+/// Event writes in flight at most. Thirty-two: Events must keep pace with the controllers that
+/// record them, or the queue overflows. A node burst records one `Synced` per Node at the rate
+/// the node workers initialise them (the in-process benchmark: 250 Nodes/s for 20 s, with
+/// writes taking about 100 ms on its overloaded 2 cores, where 16 in flight drained about
+/// 170 Events/s and dropped 661 of 5,000). At the 20-30 ms a write takes on a real
+/// kube-apiserver, 32 are over 1,000 Events/s; yet they are under a sixth of kube-apiserver's
+/// default `--max-mutating-requests-inflight` (200), and a third of the node workers' writes.
+pub const MAX_IN_FLIGHT: usize = 32;
 
 /// At most one warning per this interval about dropped or failed Events.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -432,6 +434,8 @@ impl EventWriter {
     /// `flush_timeout` (writes in flight or retrying when `stop` fires get the same deadline)
     /// and returns. Events left over, and Events recorded afterwards, are dropped and counted.
     pub async fn run(mut self, stop: CancellationToken, flush_timeout: Duration) {
+        // Also fired here when every sender is gone, so the writes in flight get the deadline.
+        let stop = stop.child_token();
         let writes = Arc::new(Writes {
             client: self.client.clone(),
             instance: self.instance.clone(),
@@ -456,7 +460,10 @@ impl EventWriter {
                 queued = self.rx.recv(), if flight.len() < self.max_in_flight => match queued {
                     Some(queued) => self.dispatch(queued, &writes, &mut flight),
                     // Every sender is gone: nothing can be queued any more.
-                    None => break,
+                    None => {
+                        stop.cancel();
+                        break;
+                    }
                 },
             }
         }
