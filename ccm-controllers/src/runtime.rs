@@ -598,7 +598,8 @@ where
         let config = crate::client::load_config(&options)
             .await
             .map_err(|e| fail(format_args!("{e}")))?;
-        let client = crate::client::build_client(
+        // The Event writer gets a client of its own (see `crate::events`).
+        let clients = crate::client::build_clients(
             config,
             options.kube.kube_api_qps,
             options.kube.kube_api_burst,
@@ -606,6 +607,7 @@ where
             &metrics,
         )
         .map_err(|e| fail(format_args!("{e}")))?;
+        let client = clients.controllers;
 
         // 7. Serving.
         let election = options.leader_election.leader_elect;
@@ -672,6 +674,7 @@ where
             options: Arc::new(options),
             vendor: Arc::new(vendor),
             client,
+            event_client: clients.events,
             budgeted,
             metrics,
             workqueue_metrics,
@@ -794,6 +797,7 @@ struct LeadEnv {
     options: Arc<Options>,
     vendor: Arc<dyn Any + Send + Sync>,
     client: Client,
+    event_client: Client,
     budgeted: Arc<BudgetedProvider>,
     metrics: Arc<MetricsRegistry>,
     workqueue_metrics: WorkQueueMetrics,
@@ -836,7 +840,7 @@ impl LeadEnv {
         // One Event writer for the process. It stops after the controllers drained (not with
         // `work`), so the Events of their last in-flight work are flushed too.
         let (events, event_writer) =
-            EventBroadcaster::new(self.client.clone(), &self.identity, &self.metrics);
+            EventBroadcaster::new(self.event_client.clone(), &self.identity, &self.metrics);
         let events_stop = CancellationToken::new();
         let event_writer = AbortOnDropHandle::new(tokio::spawn(
             event_writer.run(events_stop.clone(), DEFAULT_FLUSH_TIMEOUT),
