@@ -40,12 +40,13 @@ pub(crate) struct Shared {
 struct Untainted {
     /// The Node's UID (a Node re-created under the same name is another Node).
     uid: String,
-    /// Whether a stale tainted copy was already put off once.
-    deferred: bool,
+    /// When the taint removal was written.
+    at: Instant,
 }
 
-/// How long a tainted cached copy of a Node we untainted is put off before it is read from the
-/// API server: the event of our own write normally arrives well within it.
+/// How long after our taint removal a tainted cached copy of the Node is taken for stale and
+/// put off, rather than read from the API server: the event of our own write normally
+/// arrives well within it.
 const STALE_COPY_RECHECK: Duration = Duration::from_secs(2);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,13 +79,13 @@ impl Shared {
         lock(&self.retry_not_before).remove(name);
     }
 
-    /// Whether `node` (a tainted copy) is one this controller untainted, and if so whether a
-    /// stale copy of it was already put off (marking it put off from now on).
-    fn untainted_by_us(&self, node: &Node) -> Option<bool> {
+    /// When this controller untainted `node` (a tainted copy), if it did.
+    fn untainted_by_us(&self, node: &Node) -> Option<Instant> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let mut initialized = lock(&self.initialized);
-        let entry = initialized.get_mut(name).filter(|e| e.uid == uid(node))?;
-        Some(std::mem::replace(&mut entry.deferred, true))
+        lock(&self.initialized)
+            .get(name)
+            .filter(|e| e.uid == uid(node))
+            .map(|e| e.at)
     }
 
     /// Processes one node key from the work queue.
@@ -92,8 +93,9 @@ impl Shared {
     /// A tainted cached copy of a Node this controller untainted is normally a stale view: the
     /// event of our own write is still on its way (the address write, which lands first, sends
     /// the Node back to the queue). Watch events arrive in order, so that event will sync the
-    /// Node again: the copy is put off once for [`STALE_COPY_RECHECK`] without any request.
-    /// Still tainted after that (e.g. re-tainted while the watch was re-listing), the Node is
+    /// Node again: until [`STALE_COPY_RECHECK`] after our write, such copies (there may be
+    /// several: kubelet's status write too) are put off without any request. Still tainted
+    /// after that (e.g. re-tainted while the watch was re-listing), the Node is
     /// read (one GET) and, if it really is tainted again, initialised again, as Go would.
     pub(crate) async fn sync_node(&self, name: String) -> Outcome {
         let Some(cached) = self.ctx.nodes.get(&name) else {
@@ -103,9 +105,10 @@ impl Shared {
         if !plan::has_uninitialized_taint(&node) {
             // The cache has caught up with our write (or never needed to).
             lock(&self.initialized).remove(&name);
-        } else if let Some(deferred) = self.untainted_by_us(&node) {
-            if !deferred {
-                return Outcome::RequeueAfter(STALE_COPY_RECHECK);
+        } else if let Some(at) = self.untainted_by_us(&node) {
+            let recheck = (at + STALE_COPY_RECHECK).saturating_duration_since(Instant::now());
+            if !recheck.is_zero() {
+                return Outcome::RequeueAfter(recheck);
             }
             node = match self.api.get(&name).await {
                 Ok(fresh) => fresh,
@@ -253,7 +256,7 @@ impl Shared {
             name.clone(),
             Untainted {
                 uid: uid(&updated),
-                deferred: false,
+                at: Instant::now(),
             },
         );
         self.metrics.taint_removed(&updated);
