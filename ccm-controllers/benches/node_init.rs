@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use ccm_controllers::ControllerContext;
-use ccm_controllers::cloud_node::{self, CloudNodeConfig};
+use ccm_controllers::controllers::cloud_node::{self, CloudNodeConfig};
 use ccm_core::Node;
 use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::kubelet_node;

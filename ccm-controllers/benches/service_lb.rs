@@ -47,7 +47,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ccm_controllers::ControllerContext;
-use ccm_controllers::service::{self, ServiceConfig};
+use ccm_controllers::controllers::service::{self, ServiceConfig};
 use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::FakeCloud;

@@ -5,7 +5,7 @@
 //! controllers of Go's `k8s.io/cloud-provider` (cloud-node, cloud-node-lifecycle, service and
 //! route), serves health and metrics, and shuts down gracefully.
 //!
-//! Data flows one way: watch → shared store ([`informer`]) → controller queue ([`workqueue`])
+//! Data flows one way: watch → shared store ([`informer`](machinery::informer)) → controller queue ([`workqueue`](machinery::workqueue))
 //! → pure planning → cloud call (through the cloud-call budget) → API write → event/metric.
 //!
 //! ## Running
@@ -23,44 +23,30 @@
 //!
 //! [`run()`] parses Go-compatible flags ([`options`]), sets up logging (`-v`, `--log-format`),
 //! reads `--cloud-config`, builds the provider named by `--cloud-provider`, wraps it in the
-//! cloud-call budget ([`budget`]), builds the Kubernetes client ([`client`]), serves `/healthz`,
-//! `/livez`, `/readyz` and `/metrics` ([`serving`]) over HTTPS with delegated authentication
-//! ([`secure_serving`]), elects a leader ([`leader`]) and, while
+//! cloud-call budget ([`budget`](machinery::budget)), builds the Kubernetes client ([`client`](runtime::client)), serves `/healthz`,
+//! `/livez`, `/readyz` and `/metrics` ([`health`](runtime::health)) over HTTPS with delegated authentication
+//! ([`secure_serving`]), elects a leader ([`leader`](runtime::leader)) and, while
 //! leading, runs the enabled controllers until SIGTERM/SIGINT; it returns the exit code.
 //! [`Builder`] adds the vendor's own flags (flattened clap `Args`), its own controllers (which get
 //! the same [`ControllerContext`]) and changed defaults, without forking.
 
 #![warn(missing_docs)]
 
-pub mod budget;
-mod builtin;
-pub mod client;
-pub mod cloud_node;
-pub mod context;
-pub mod controllers_flag;
-mod error;
-pub mod events;
-pub mod informer;
-pub mod leader;
-pub mod metrics;
-pub mod node_lifecycle;
+pub mod controllers;
+pub mod machinery;
 pub mod options;
-pub mod route;
 pub mod runtime;
 pub mod secure_serving;
-pub mod service;
-pub mod serving;
-pub mod workqueue;
 
-pub use context::{ContextParams, ControllerContext, InformerScope};
-pub use error::ControllerError;
-pub use events::{EventBroadcaster, EventRecorder, EventWriter};
-pub use informer::{Change, Informer, Subscription};
-pub use metrics::{MetricsRegistry, WorkQueueMetrics};
-pub use workqueue::{Backoff, Outcome, WorkQueue};
+pub use machinery::context::{ContextParams, ControllerContext, InformerScope};
+pub use machinery::error::ControllerError;
+pub use machinery::events::{EventBroadcaster, EventRecorder, EventWriter};
+pub use machinery::informer::{Change, Informer, Subscription};
+pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
+pub use machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
-pub use budget::{BudgetConfig, BudgetedProvider, TokenBucket};
-pub use controllers_flag::{ControllerSelection, KnownController};
+pub use machinery::budget::{BudgetConfig, BudgetedProvider, TokenBucket};
+pub use options::controllers::{ControllerSelection, KnownController};
 pub use options::{FlagError, Options, parse_go_duration};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,

@@ -17,8 +17,8 @@ mod service_common;
 
 use std::time::Duration;
 
-use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::events::{
+use ccm_controllers::controllers::cloud_node::{self, CloudNodeConfig};
+use ccm_controllers::machinery::events::{
     EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT, MAX_TRIES_PER_EVENT,
 };
 use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use ccm_controllers::ControllerError;
-use ccm_controllers::node_lifecycle::{self, NodeLifecycleConfig};
+use ccm_controllers::controllers::node_lifecycle::{self, NodeLifecycleConfig};
 use ccm_core::well_known::TAINT_SHUTDOWN;
 use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, async_trait};
 use ccm_testing::builders::{NodeBuilder, kubelet_node};

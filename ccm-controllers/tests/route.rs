@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ccm_controllers::InformerScope;
-use ccm_controllers::route::{self, RouteConfig};
-use ccm_controllers::workqueue::Backoff;
+use ccm_controllers::controllers::route::{self, RouteConfig};
+use ccm_controllers::machinery::workqueue::Backoff;
 use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::{CloudProvider, Route};
 use ccm_testing::TestCluster;

@@ -941,7 +941,7 @@ async fn budget_timeout_retry_and_capabilities() {
         .unwrap_err();
     assert_eq!(
         err.retry_after(),
-        Some(ccm_controllers::budget::MIN_RETRY_AFTER)
+        Some(ccm_controllers::machinery::budget::MIN_RETRY_AFTER)
     );
     let text = metrics.encode().unwrap();
     assert!(text.contains(

@@ -6,7 +6,7 @@ mod service_common;
 
 use std::time::Duration;
 
-use ccm_controllers::service::plan;
+use ccm_controllers::controllers::service::plan;
 use ccm_testing::TestCluster;
 use ccm_testing::builders::load_balancer_service;
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
@@ -293,7 +293,7 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
     let names: Vec<String> = (0..12)
         .map(|i| cluster.unique_name(&format!("c{i}")))
         .collect();
-    let config = ccm_controllers::service::ServiceConfig {
+    let config = ccm_controllers::controllers::service::ServiceConfig {
         workers: 3,
         node_sync_window: Duration::from_millis(100),
     };

@@ -8,7 +8,7 @@ mod service_common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use ccm_controllers::service::ServiceConfig;
+use ccm_controllers::controllers::service::ServiceConfig;
 use ccm_core::CloudProvider;
 use ccm_core::well_known::{
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,

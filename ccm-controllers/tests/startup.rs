@@ -10,9 +10,9 @@ mod service_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_controllers::node_lifecycle::{self, NodeLifecycleConfig};
-use ccm_controllers::route::{self, RouteConfig};
-use ccm_controllers::{InformerScope, cloud_node};
+use ccm_controllers::controllers::node_lifecycle::{self, NodeLifecycleConfig};
+use ccm_controllers::controllers::route::{self, RouteConfig};
+use ccm_controllers::{InformerScope, controllers::cloud_node};
 use ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::{FakeCloud, Fault};

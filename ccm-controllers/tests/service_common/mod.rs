@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_controllers::service::{self, ServiceConfig, plan};
+use ccm_controllers::controllers::service::{self, ServiceConfig, plan};
 use ccm_controllers::{ControllerContext, ControllerError, InformerScope};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;

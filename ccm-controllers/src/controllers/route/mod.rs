@@ -42,12 +42,12 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{RwLock, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::ControllerContext;
-use crate::error::ControllerError;
-use crate::events::EventRecorder;
-use crate::informer::{Change, Subscription};
-use crate::metrics::MetricsRegistry;
-use crate::workqueue::{Backoff, Outcome, WorkQueue};
+use crate::machinery::context::ControllerContext;
+use crate::machinery::error::ControllerError;
+use crate::machinery::events::EventRecorder;
+use crate::machinery::informer::{Change, Subscription};
+use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
 use plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey, RoutePlan};
 pub use plan::{parse_cluster_cidrs, validate_cluster_cidrs};
@@ -970,9 +970,9 @@ mod tests {
         use kube::runtime::watcher::Event;
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let shutdown = CancellationToken::new();
-        let (informer, driver) = crate::informer::Informer::<Node>::from_stream(
+        let (informer, driver) = crate::machinery::informer::Informer::<Node>::from_stream(
             rx,
-            crate::informer::strip_node,
+            crate::machinery::informer::strip_node,
             shutdown.clone(),
         );
         tokio::spawn(driver);

@@ -61,8 +61,8 @@ mod sync;
 
 use std::time::Duration;
 
-use crate::context::ControllerContext;
-use crate::error::ControllerError;
+use crate::machinery::context::ControllerContext;
+use crate::machinery::error::ControllerError;
 
 /// The controller's canonical name (`--controllers` value).
 pub const NAME: &str = "service-lb-controller";

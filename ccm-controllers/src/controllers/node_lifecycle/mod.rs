@@ -35,13 +35,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::cloud_node::cloud::legacy_provider_id;
-use crate::cloud_node::patch::{self, PatchError};
-use crate::cloud_node::plan::SpecUpdate;
-use crate::context::ControllerContext;
-use crate::error::ControllerError;
-use crate::events::EventRecorder;
-use crate::metrics::MetricsRegistry;
+use crate::controllers::cloud_node::cloud::legacy_provider_id;
+use crate::controllers::cloud_node::patch::{self, PatchError};
+use crate::controllers::cloud_node::plan::SpecUpdate;
+use crate::machinery::context::ControllerContext;
+use crate::machinery::error::ControllerError;
+use crate::machinery::events::EventRecorder;
+use crate::machinery::metrics::MetricsRegistry;
 
 use self::plan::{Answer, ExistsStep, ReadyStep};
 

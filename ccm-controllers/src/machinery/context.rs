@@ -11,10 +11,10 @@ use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
-use crate::informer::{self, Informer};
-use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
-use crate::workqueue::{Backoff, WorkQueue};
+use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
+use crate::machinery::informer::{self, Informer};
+use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::machinery::workqueue::{Backoff, WorkQueue};
 
 /// The context handed to every controller, built-in or the vendor's own. Cheap to clone.
 #[derive(Clone)]

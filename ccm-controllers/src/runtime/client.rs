@@ -27,8 +27,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
 
-use crate::budget::TokenBucket;
-use crate::metrics::MetricsRegistry;
+use crate::machinery::budget::TokenBucket;
+use crate::machinery::metrics::MetricsRegistry;
 use crate::options::Options;
 
 /// The Kubernetes client could not be built.

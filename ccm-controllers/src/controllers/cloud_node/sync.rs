@@ -11,9 +11,9 @@ use super::cloud::{self, FetchError};
 use super::metrics::CloudNodeMetrics;
 use super::patch::{self, PatchError};
 use super::plan::{self, InitError, SpecUpdate, Step};
-use crate::context::ControllerContext;
-use crate::events::EventRecorder;
-use crate::workqueue::Outcome;
+use crate::machinery::context::ControllerContext;
+use crate::machinery::events::EventRecorder;
+use crate::machinery::workqueue::Outcome;
 
 /// Event reason of a successful initialisation (Go's).
 pub(crate) const REASON_SYNCED: &str = "Synced";

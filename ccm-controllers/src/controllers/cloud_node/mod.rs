@@ -34,10 +34,10 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use tokio::time::MissedTickBehavior;
 
-use crate::context::ControllerContext;
-use crate::error::ControllerError;
-use crate::informer::Change;
-use crate::workqueue::{Backoff, WorkQueue};
+use crate::machinery::context::ControllerContext;
+use crate::machinery::error::ControllerError;
+use crate::machinery::informer::Change;
+use crate::machinery::workqueue::{Backoff, WorkQueue};
 
 use self::metrics::CloudNodeMetrics;
 use self::sync::Shared;

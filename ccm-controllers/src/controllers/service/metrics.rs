@@ -5,7 +5,7 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use crate::metrics::MetricsRegistry;
+use crate::machinery::metrics::MetricsRegistry;
 
 /// Go's buckets for the node-sync histograms: 1 s × 2^n, n = 0..14 (1 s … 16384 s).
 fn node_sync_buckets() -> impl Iterator<Item = f64> {

@@ -90,7 +90,7 @@ use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::MetricsRegistry;
+use crate::machinery::metrics::MetricsRegistry;
 use correlator::{Correlated, Correlator, Write};
 
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).

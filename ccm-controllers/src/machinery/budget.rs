@@ -40,7 +40,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::metrics::MetricsRegistry;
+use crate::machinery::metrics::MetricsRegistry;
 
 /// The smallest `CloudError::Retry` delay passed on to controllers.
 pub const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);

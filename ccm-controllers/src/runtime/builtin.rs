@@ -7,7 +7,7 @@
 //! ```ignore
 //! ControllerEntry::new("cloud-node-controller", |ctx, args| async move {
 //!     let o = &args.options;
-//!     crate::cloud_node::run(ctx, crate::cloud_node::CloudNodeConfig {
+//!     crate::controllers::cloud_node::run(ctx, crate::controllers::cloud_node::CloudNodeConfig {
 //!         workers: o.node_sync_workers(),
 //!         status_update_workers: o.node_status_update_workers(),
 //!         status_update_frequency: o.node_status_update_frequency(),
@@ -32,10 +32,10 @@ pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
 
 /// `cloud-node-controller` (`cloud-node`): initialises tainted Nodes and refreshes addresses.
 fn cloud_node_controller() -> ControllerEntry {
-    use crate::cloud_node::{CONTROLLER_NAME, CloudNodeConfig};
+    use crate::controllers::cloud_node::{CONTROLLER_NAME, CloudNodeConfig};
     ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
         let o = &args.options;
-        crate::cloud_node::run(
+        crate::controllers::cloud_node::run(
             ctx,
             CloudNodeConfig {
                 workers: o.node_sync_workers(),
@@ -51,10 +51,10 @@ fn cloud_node_controller() -> ControllerEntry {
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
 /// are gone (after the grace period), taints shut-down ones.
 fn node_lifecycle_controller() -> ControllerEntry {
-    use crate::node_lifecycle::{CONTROLLER_NAME, NodeLifecycleConfig};
+    use crate::controllers::node_lifecycle::{CONTROLLER_NAME, NodeLifecycleConfig};
     ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
         let o = &args.options;
-        crate::node_lifecycle::run(
+        crate::controllers::node_lifecycle::run(
             ctx,
             NodeLifecycleConfig {
                 monitor_period: o.node_monitor_period(),
@@ -69,10 +69,10 @@ fn node_lifecycle_controller() -> ControllerEntry {
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
 fn service_controller() -> ControllerEntry {
-    use crate::service::ServiceConfig;
+    use crate::controllers::service::ServiceConfig;
     ControllerEntry::new("service-lb-controller", |ctx, args| async move {
         let o = &args.options;
-        crate::service::run(
+        crate::controllers::service::run(
             ctx,
             ServiceConfig {
                 workers: o.service_workers(),
@@ -87,7 +87,7 @@ fn service_controller() -> ControllerEntry {
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
 /// routes (the runtime has already checked `--cluster-cidr` then).
 fn route_controller() -> ControllerEntry {
-    use crate::route::{CONTROLLER_ALIAS, CONTROLLER_NAME, RouteConfig};
+    use crate::controllers::route::{CONTROLLER_ALIAS, CONTROLLER_NAME, RouteConfig};
     ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
         let o = &args.options;
         if !o.configure_cloud_routes() {
@@ -100,7 +100,7 @@ fn route_controller() -> ControllerEntry {
                 controller: CONTROLLER_NAME,
                 message: e.0,
             })?;
-        crate::route::run(
+        crate::controllers::route::run(
             ctx,
             RouteConfig {
                 cluster_cidrs,

@@ -26,6 +26,8 @@
 //! them, with a warning saying why they have no effect ([`Options::warnings`]), or rejected when
 //! ignoring them would be unsafe ([`Options::validate`]); never silently ignored.
 
+pub mod controllers;
+
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -13,6 +13,11 @@
 //! standby takes over at once, exit code 0. Losing the lease exits with code 1 at once (another
 //! process leads), as in Go.
 
+mod builtin;
+pub mod client;
+pub mod health;
+pub mod leader;
+
 use std::any::Any;
 use std::ffi::OsString;
 use std::future::Future;
@@ -33,16 +38,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::budget::{BudgetConfig, BudgetedProvider};
-use crate::context::{ContextParams, ControllerContext};
-use crate::controllers_flag::{ControllerSelection, KnownController};
-use crate::error::ControllerError;
-use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster};
-use crate::leader::{self, ElectionConfig, LeaderState};
-use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::machinery::budget::{BudgetConfig, BudgetedProvider};
+use crate::machinery::context::{ContextParams, ControllerContext};
+use crate::options::controllers::{ControllerSelection, KnownController};
+use crate::machinery::error::ControllerError;
+use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster};
+use crate::runtime::leader::{self, ElectionConfig, LeaderState};
+use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::options::{LogFormat, LoggingArgs, Options, format_go_duration};
 use crate::secure_serving;
-use crate::serving::{self, Health};
+use crate::runtime::health::{self, Health};
 
 /// The future a controller's start function returns.
 pub type ControllerFuture = Pin<Box<dyn Future<Output = Result<(), ControllerError>> + Send>>;
@@ -212,14 +217,14 @@ impl Builder<NoArgs> {
     /// The runtime with the built-in controllers and Go's flags.
     pub fn new() -> Self {
         Builder {
-            controllers: crate::builtin::builtin_controllers(),
+            controllers: crate::runtime::builtin::builtin_controllers(),
             defaults: Vec::new(),
             args: None,
             shutdown_signal: None,
             version: env!("CARGO_PKG_VERSION"),
             listener: None,
             provider: None,
-            strip_node: crate::informer::strip_node,
+            strip_node: crate::machinery::informer::strip_node,
             worker_threads: None,
             _vendor: std::marker::PhantomData,
         }
@@ -364,7 +369,7 @@ where
         self
     }
 
-    /// Replaces [`informer::strip_node`](crate::informer::strip_node), which removes from every
+    /// Replaces [`informer::strip_node`](crate::machinery::informer::strip_node), which removes from every
     /// Node, before it is cached, the fields no built-in controller or typical provider reads
     /// (images, capacity, most conditions, ...). Cached Nodes are what every controller reads
     /// and what load-balancer calls receive as hosts; if your provider or your own controller
@@ -595,11 +600,11 @@ where
         );
 
         // 6. Client.
-        let config = crate::client::load_config(&options)
+        let config = crate::runtime::client::load_config(&options)
             .await
             .map_err(|e| fail(format_args!("{e}")))?;
-        // The Event writer gets a client of its own (see `crate::events`).
-        let clients = crate::client::build_clients(
+        // The Event writer gets a client of its own (see `crate::machinery::events`).
+        let clients = crate::runtime::client::build_clients(
             config,
             options.kube.kube_api_qps,
             options.kube.kube_api_burst,

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::WorkQueueMetrics;
+use crate::machinery::metrics::WorkQueueMetrics;
 
 /// Per-key exponential backoff: `base * 2^failures`, capped at `max` (client-go's
 /// `ItemExponentialFailureRateLimiter`).

@@ -16,11 +16,11 @@ use tokio::task::JoinSet;
 use super::metrics::ServiceMetrics;
 use super::plan::{self, Decision, HostKey};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
-use crate::context::ControllerContext;
-use crate::error::ControllerError;
-use crate::events::EventRecorder;
-use crate::informer::{Change, Subscription};
-use crate::workqueue::{Backoff, Outcome, WorkQueue};
+use crate::machinery::context::ControllerContext;
+use crate::machinery::error::ControllerError;
+use crate::machinery::events::EventRecorder;
+use crate::machinery::informer::{Change, Subscription};
+use crate::machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
 /// How often a write that hit a conflict is retried on a fresh read within one sync.
 const MAX_CONFLICT_ATTEMPTS: usize = 5;
