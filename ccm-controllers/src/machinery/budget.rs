@@ -184,7 +184,7 @@ impl Budget {
                 Ok(result) => result,
                 Err(_) => Err(CloudError::msg(format!(
                     "cloud call {operation} timed out after {} (--cloud-api-timeout)",
-                    crate::options::format_go_duration(timeout)
+                    crate::machinery::go_syntax::format_go_duration(timeout)
                 ))),
             },
             None => call.await,

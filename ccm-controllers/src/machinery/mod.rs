@@ -6,6 +6,7 @@ pub mod budget;
 pub mod context;
 pub(crate) mod error;
 pub mod events;
+pub mod go_syntax;
 pub mod informer;
 pub mod metrics;
 pub mod workqueue;

@@ -18,7 +18,7 @@
 //! .alias("cloud-node"),
 //! ```
 
-use crate::runtime::ControllerEntry;
+use crate::runtime::entry::ControllerEntry;
 
 /// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`).
 pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {

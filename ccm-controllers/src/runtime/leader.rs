@@ -30,7 +30,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::options::{LeaderElectionArgs, ceil_secs, format_go_duration};
+use crate::machinery::go_syntax::format_go_duration;
+use crate::options::{LeaderElectionArgs, ceil_secs};
 
 /// Where this process stands in the election (also what `/readyz` and `/healthz` report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,6 +15,7 @@
 
 mod builtin;
 pub mod client;
+mod entry;
 pub mod health;
 pub mod leader;
 
@@ -45,118 +46,12 @@ use crate::machinery::error::ControllerError;
 use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster};
 use crate::runtime::leader::{self, ElectionConfig, LeaderState};
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
-use crate::options::{LogFormat, LoggingArgs, Options, format_go_duration};
+use crate::machinery::go_syntax::format_go_duration;
+use crate::options::{LogFormat, LoggingArgs, Options};
 use crate::secure_serving;
 use crate::runtime::health::{self, Health};
 
-/// The future a controller's start function returns.
-pub type ControllerFuture = Pin<Box<dyn Future<Output = Result<(), ControllerError>> + Send>>;
-
-/// A controller's start function: runs the controller until `ctx.shutdown` fires.
-pub type StartFn = Arc<dyn Fn(ControllerContext, StartArgs) -> ControllerFuture + Send + Sync>;
-
-/// What a controller's start function receives besides the context: the parsed flags.
-#[derive(Clone)]
-pub struct StartArgs {
-    /// The runtime's flags.
-    pub options: Arc<Options>,
-    vendor: Arc<dyn Any + Send + Sync>,
-}
-
-impl std::fmt::Debug for StartArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StartArgs")
-            .field("options", &self.options)
-            .finish_non_exhaustive()
-    }
-}
-
-impl StartArgs {
-    /// The vendor's own flags, as added with [`Builder::with_args`]; `None` if `V` is not that
-    /// type.
-    pub fn vendor<V: 'static>(&self) -> Option<&V> {
-        self.vendor.downcast_ref::<V>()
-    }
-}
-
-/// One entry of the controller table: a canonical name, aliases for `--controllers`, and the
-/// start function.
-#[derive(Clone)]
-pub struct ControllerEntry {
-    /// Canonical name (used in `--controllers`, logs and events).
-    pub name: String,
-    /// Other names accepted by `--controllers`; the first one is the
-    /// `running_managed_controllers` label value (Go uses the short names there).
-    pub aliases: Vec<String>,
-    /// When true, `*` does not enable it (only an explicit `--controllers=name`).
-    pub disabled_by_default: bool,
-    /// Starts the controller.
-    pub start: StartFn,
-}
-
-impl std::fmt::Debug for ControllerEntry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControllerEntry")
-            .field("name", &self.name)
-            .field("aliases", &self.aliases)
-            .field("disabled_by_default", &self.disabled_by_default)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ControllerEntry {
-    /// An entry enabled by `*`, without aliases.
-    pub fn new<F, Fut>(name: &str, start: F) -> Self
-    where
-        F: Fn(ControllerContext, StartArgs) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<(), ControllerError>> + Send + 'static,
-    {
-        ControllerEntry {
-            name: name.to_owned(),
-            aliases: Vec::new(),
-            disabled_by_default: false,
-            start: Arc::new(move |ctx, args| start(ctx, args).boxed()),
-        }
-    }
-
-    /// Adds an alias.
-    pub fn alias(mut self, alias: &str) -> Self {
-        self.aliases.push(alias.to_owned());
-        self
-    }
-
-    /// Makes `*` skip it.
-    pub fn disabled_by_default(mut self) -> Self {
-        self.disabled_by_default = true;
-        self
-    }
-
-    fn metric_name(&self) -> &str {
-        self.aliases.first().unwrap_or(&self.name)
-    }
-}
-
-/// No vendor flags (the default of [`Builder`]).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoArgs;
-
-impl FromArgMatches for NoArgs {
-    fn from_arg_matches(_: &ArgMatches) -> Result<Self, clap::Error> {
-        Ok(NoArgs)
-    }
-    fn update_from_arg_matches(&mut self, _: &ArgMatches) -> Result<(), clap::Error> {
-        Ok(())
-    }
-}
-
-impl Args for NoArgs {
-    fn augment_args(cmd: Command) -> Command {
-        cmd
-    }
-    fn augment_args_for_update(cmd: Command) -> Command {
-        cmd
-    }
-}
+pub use self::entry::{ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn};
 
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
 

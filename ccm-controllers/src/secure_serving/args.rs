@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::options::parse_go_duration;
+use crate::machinery::go_syntax::parse_go_duration;
 use rustls::SupportedCipherSuite;
 
 /// HTTPS serving with delegated authentication and authorisation.
