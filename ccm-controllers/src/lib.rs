@@ -46,8 +46,8 @@ pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
 pub use machinery::budget::{BudgetConfig, BudgetedProvider, TokenBucket};
-pub use options::controllers::{ControllerSelection, KnownController};
 pub use machinery::go_syntax::parse_go_duration;
+pub use options::controllers::{ControllerSelection, KnownController};
 pub use options::{FlagError, Options};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,

@@ -5,6 +5,7 @@
 //! the runtime or the options (see `ARCHITECTURE.md`).
 
 pub mod cloud_node;
+pub(crate) mod node;
 pub mod node_lifecycle;
 pub mod route;
 pub mod service;

@@ -42,7 +42,6 @@ fn parse_path(input: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(input))
 }
 
-
 /// `--log-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {

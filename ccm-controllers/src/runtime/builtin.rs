@@ -32,8 +32,8 @@ pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
 
 /// `cloud-node-controller` (`cloud-node`): initialises tainted Nodes and refreshes addresses.
 fn cloud_node_controller() -> ControllerEntry {
-    use crate::controllers::cloud_node::{CONTROLLER_NAME, CloudNodeConfig};
-    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+    use crate::controllers::cloud_node::{ALIAS, CloudNodeConfig, NAME};
+    ControllerEntry::new(NAME, |ctx, args| async move {
         let o = &args.options;
         crate::controllers::cloud_node::run(
             ctx,
@@ -45,14 +45,14 @@ fn cloud_node_controller() -> ControllerEntry {
         )
         .await
     })
-    .alias("cloud-node")
+    .alias(ALIAS)
 }
 
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
 /// are gone (after the grace period), taints shut-down ones.
 fn node_lifecycle_controller() -> ControllerEntry {
-    use crate::controllers::node_lifecycle::{CONTROLLER_NAME, NodeLifecycleConfig};
-    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+    use crate::controllers::node_lifecycle::{ALIAS, NAME, NodeLifecycleConfig};
+    ControllerEntry::new(NAME, |ctx, args| async move {
         let o = &args.options;
         crate::controllers::node_lifecycle::run(
             ctx,
@@ -64,13 +64,13 @@ fn node_lifecycle_controller() -> ControllerEntry {
         )
         .await
     })
-    .alias("cloud-node-lifecycle")
+    .alias(ALIAS)
 }
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
 fn service_controller() -> ControllerEntry {
-    use crate::controllers::service::ServiceConfig;
-    ControllerEntry::new("service-lb-controller", |ctx, args| async move {
+    use crate::controllers::service::{ALIAS, NAME, ServiceConfig};
+    ControllerEntry::new(NAME, |ctx, args| async move {
         let o = &args.options;
         crate::controllers::service::run(
             ctx,
@@ -81,25 +81,25 @@ fn service_controller() -> ControllerEntry {
         )
         .await
     })
-    .alias("service")
+    .alias(ALIAS)
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
 /// routes (the runtime has already checked `--cluster-cidr` then).
 fn route_controller() -> ControllerEntry {
-    use crate::controllers::route::{CONTROLLER_ALIAS, CONTROLLER_NAME, RouteConfig};
-    ControllerEntry::new(CONTROLLER_NAME, |ctx, args| async move {
+    use crate::controllers::route::{ALIAS, NAME, RouteConfig};
+    ControllerEntry::new(NAME, |ctx, args| async move {
         let o = &args.options;
         if !o.configure_cloud_routes() {
             tracing::info!("--configure-cloud-routes=false: not configuring cloud routes");
             return Ok(());
         }
-        let cluster_cidrs = o
-            .cluster_cidrs()
-            .map_err(|e| crate::ControllerError::Config {
-                controller: CONTROLLER_NAME,
-                message: e.0,
-            })?;
+        let cluster_cidrs =
+            o.cluster_cidrs()
+                .map_err(|e| crate::machinery::error::ControllerError::Config {
+                    controller: NAME,
+                    message: e.0,
+                })?;
         crate::controllers::route::run(
             ctx,
             RouteConfig {
@@ -110,5 +110,5 @@ fn route_controller() -> ControllerEntry {
         )
         .await
     })
-    .alias(CONTROLLER_ALIAS)
+    .alias(ALIAS)
 }

@@ -21,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::watch;
 
-use crate::runtime::leader::LeaderState;
 use crate::machinery::metrics::MetricsRegistry;
+use crate::runtime::leader::LeaderState;
 
 /// What the probes report; shared between the runtime and the server.
 #[derive(Debug)]

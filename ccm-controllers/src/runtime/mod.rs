@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use ccm_core::{CloudProvider, InitContext, Node};
 use clap::{ArgMatches, Args, Command, FromArgMatches};
-use futures::FutureExt;
 use kube::Client;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
@@ -39,17 +38,17 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use self::health::Health;
+use self::leader::{ElectionConfig, LeaderState};
 use crate::machinery::budget::{BudgetConfig, BudgetedProvider};
 use crate::machinery::context::{ContextParams, ControllerContext};
-use crate::options::controllers::{ControllerSelection, KnownController};
 use crate::machinery::error::ControllerError;
 use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster};
-use crate::runtime::leader::{self, ElectionConfig, LeaderState};
-use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::machinery::go_syntax::format_go_duration;
+use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::options::controllers::{ControllerSelection, KnownController};
 use crate::options::{LogFormat, LoggingArgs, Options};
 use crate::secure_serving;
-use crate::runtime::health::{self, Health};
 
 pub use self::entry::{ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn};
 
@@ -519,7 +518,7 @@ where
         let serve_stop = CancellationToken::new();
         // Stops the server also when this future is dropped (a "killed" runtime).
         let _serve_guard = serve_stop.clone().drop_guard();
-        let router = serving::router(health.clone(), metrics.clone());
+        let router = health::router(health.clone(), metrics.clone());
         let secure = &options.serving.secure;
         let server = match self.listener.take() {
             Some(l) => {

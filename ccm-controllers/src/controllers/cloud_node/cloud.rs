@@ -1,11 +1,11 @@
 //! Cloud lookups of the cloud-node controller: instance metadata through `InstancesV2`, or the
 //! legacy `Instances` (+ `Zones`) fallbacks of Go's `getInstanceMetadata` (reference §2.3).
 
-use ccm_core::{
-    CloudError, CloudProvider, InstanceMetadata, Instances, Node, NodeAddress, ProviderId,
-};
+use ccm_core::{CloudError, CloudProvider, InstanceMetadata, Instances, Node, NodeAddress};
 
 use super::plan::Step;
+use crate::controllers::node::cloud::legacy_provider_id;
+use crate::controllers::node::{node_name, node_provider_id};
 
 /// Metadata for a node, and whether an empty providerID is an error.
 #[derive(Clone, Debug)]
@@ -35,31 +35,6 @@ impl FetchError {
             source,
         }
     }
-}
-
-fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
-fn node_provider_id(node: &Node) -> &str {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or_default()
-}
-
-/// The provider ID of a node on the legacy path (Go's `GetInstanceProviderID`):
-/// `<provider_name>://<instance_id(node name)>`. `NotImplemented` and `InstanceNotFound` pass
-/// through unchanged.
-pub(crate) async fn legacy_provider_id(
-    cloud: &dyn CloudProvider,
-    instances: &dyn Instances,
-    node_name: &str,
-) -> Result<String, CloudError> {
-    let id = instances.instance_id(node_name).await?;
-    ProviderId::new(cloud.provider_name(), id)
-        .map(|p| p.to_string())
-        .map_err(CloudError::other)
 }
 
 /// Tries the by-provider-ID lookup, then the by-name one (Go's `...ByProviderIDOrName`).

@@ -23,7 +23,6 @@
 
 pub(crate) mod cloud;
 mod metrics;
-pub(crate) mod patch;
 pub(crate) mod plan;
 mod sync;
 
@@ -43,7 +42,9 @@ use self::metrics::CloudNodeMetrics;
 use self::sync::Shared;
 
 /// The controller's canonical name.
-pub const CONTROLLER_NAME: &str = "cloud-node-controller";
+pub const NAME: &str = "cloud-node-controller";
+/// The short name `--controllers` also accepts (and the `running_managed_controllers` label).
+pub const ALIAS: &str = "cloud-node";
 /// The component name of its Events (Go's).
 pub const EVENT_COMPONENT: &str = "cloud-node-controller";
 /// The name of its work queue (Go's; the `name` label of the work-queue metrics).
@@ -82,7 +83,7 @@ impl CloudNodeConfig {
     pub fn validate(&self) -> Result<(), ControllerError> {
         if self.workers == 0 {
             return Err(ControllerError::Config {
-                controller: CONTROLLER_NAME,
+                controller: NAME,
                 message:
                     "--concurrent-node-syncs must be at least 1 (0 would never initialise a node)"
                         .into(),
@@ -90,7 +91,7 @@ impl CloudNodeConfig {
         }
         if self.status_update_frequency.is_zero() {
             return Err(ControllerError::Config {
-                controller: CONTROLLER_NAME,
+                controller: NAME,
                 message: "--node-status-update-frequency must be greater than 0".into(),
             });
         }
@@ -115,7 +116,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     config.validate()?;
     if ctx.cloud.instances_v2().is_none() && ctx.cloud.instances().is_none() {
         return Err(ControllerError::MissingCapability {
-            controller: CONTROLLER_NAME,
+            controller: NAME,
             capability: "instances_v2 or instances",
         });
     }
@@ -125,7 +126,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
         changes = ctx.nodes.subscribe() => changes,
     };
     let Some(mut changes) = changes else {
-        return Err(ControllerError::NotSynced(CONTROLLER_NAME));
+        return Err(ControllerError::NotSynced(NAME));
     };
 
     let metrics = CloudNodeMetrics::register(&ctx.metrics);
@@ -135,7 +136,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     tracing::info!(
         workers = config.workers,
         status_update_frequency = ?config.status_update_frequency,
-        "starting {CONTROLLER_NAME}"
+        "starting {NAME}"
     );
 
     // Informer → queue (Go: Add and Update handlers; a Delete only drops what we remember).
@@ -205,6 +206,6 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
         .await;
     let _ = feeder.await;
     let _ = refresher.await;
-    tracing::info!("{CONTROLLER_NAME} stopped");
+    tracing::info!("{NAME} stopped");
     Ok(())
 }

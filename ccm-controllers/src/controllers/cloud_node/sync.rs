@@ -9,8 +9,9 @@ use kube::api::Api;
 
 use super::cloud::{self, FetchError};
 use super::metrics::CloudNodeMetrics;
-use super::patch::{self, PatchError};
-use super::plan::{self, InitError, SpecUpdate, Step};
+use super::plan::{self, InitError, Step};
+use crate::controllers::node::patch::{self, PatchError};
+use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::events::EventRecorder;
 use crate::machinery::workqueue::Outcome;

@@ -24,7 +24,7 @@ use ccm_core::{Node, NodeAddress};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use super::plan::SpecUpdate;
+use super::spec::SpecUpdate;
 
 /// How many times a conflicting spec patch is re-planned from a fresh read before giving up
 /// (the work queue then retries with backoff).

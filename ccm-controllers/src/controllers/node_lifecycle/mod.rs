@@ -35,9 +35,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::controllers::cloud_node::cloud::legacy_provider_id;
-use crate::controllers::cloud_node::patch::{self, PatchError};
-use crate::controllers::cloud_node::plan::SpecUpdate;
+use crate::controllers::node::cloud::legacy_provider_id;
+use crate::controllers::node::patch::{self, PatchError};
+use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::machinery::events::EventRecorder;
@@ -46,7 +46,9 @@ use crate::machinery::metrics::MetricsRegistry;
 use self::plan::{Answer, ExistsStep, ReadyStep};
 
 /// The controller's canonical name.
-pub const CONTROLLER_NAME: &str = "cloud-node-lifecycle-controller";
+pub const NAME: &str = "cloud-node-lifecycle-controller";
+/// The short name `--controllers` also accepts (and the `running_managed_controllers` label).
+pub const ALIAS: &str = "cloud-node-lifecycle";
 /// The component name of its Events (Go's).
 pub const EVENT_COMPONENT: &str = "cloud-node-lifecycle-controller";
 /// Event reason (Normal) emitted before deleting a Node whose instance is gone.
@@ -86,13 +88,13 @@ impl NodeLifecycleConfig {
     pub fn validate(&self) -> Result<(), ControllerError> {
         if self.monitor_period.is_zero() {
             return Err(ControllerError::Config {
-                controller: CONTROLLER_NAME,
+                controller: NAME,
                 message: "--node-monitor-period must be greater than 0".into(),
             });
         }
         if self.workers == 0 {
             return Err(ControllerError::Config {
-                controller: CONTROLLER_NAME,
+                controller: NAME,
                 message: "node lifecycle workers must be at least 1 (0 would never check a node)"
                     .into(),
             });
@@ -389,7 +391,7 @@ pub async fn run(
     config.validate()?;
     if ctx.cloud.instances_v2().is_none() && ctx.cloud.instances().is_none() {
         return Err(ControllerError::MissingCapability {
-            controller: CONTROLLER_NAME,
+            controller: NAME,
             capability: "instances_v2 or instances",
         });
     }
@@ -398,7 +400,7 @@ pub async fn run(
         synced = ctx.nodes.wait_until_synced() => synced,
     };
     if !synced {
-        return Err(ControllerError::NotSynced(CONTROLLER_NAME));
+        return Err(ControllerError::NotSynced(NAME));
     }
     let lifecycle = Arc::new(Lifecycle {
         api: Api::all(ctx.client.clone()),
@@ -412,7 +414,7 @@ pub async fn run(
         monitor_period = ?config.monitor_period,
         deletion_grace_period = ?config.deletion_grace_period,
         workers = config.workers,
-        "starting {CONTROLLER_NAME}"
+        "starting {NAME}"
     );
     let mut ticker = tokio::time::interval(config.monitor_period);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -423,6 +425,6 @@ pub async fn run(
         }
         lifecycle.monitor().await;
     }
-    tracing::info!("{CONTROLLER_NAME} stopped");
+    tracing::info!("{NAME} stopped");
     Ok(())
 }

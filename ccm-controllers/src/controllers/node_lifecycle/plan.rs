@@ -17,6 +17,8 @@
 
 use ccm_core::Node;
 use ccm_core::well_known::TAINT_SHUTDOWN;
+
+use crate::controllers::node::taints;
 use k8s_openapi::api::core::v1::Taint;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -40,13 +42,6 @@ pub(crate) fn is_ready(node: &Node) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
         .is_some_and(|c| c.status == "True")
-}
-
-fn taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
 }
 
 /// Whether the node carries the shutdown taint (matched on key and effect, as Go's

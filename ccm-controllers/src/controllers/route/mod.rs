@@ -53,9 +53,9 @@ use plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey, RoutePlan};
 pub use plan::{parse_cluster_cidrs, validate_cluster_cidrs};
 
 /// The controller's canonical name (for `--controllers`).
-pub const CONTROLLER_NAME: &str = "node-route-controller";
+pub const NAME: &str = "node-route-controller";
 /// The controller's alias (Go's older short name).
-pub const CONTROLLER_ALIAS: &str = "route";
+pub const ALIAS: &str = "route";
 /// The component the controller's events report as (Go's).
 pub const EVENT_COMPONENT: &str = "route_controller";
 /// Warning event reason when a route could not be created.
@@ -116,40 +116,43 @@ impl Default for RouteConfig {
     }
 }
 
-/// Checks a configuration before the controller starts. The messages name the flags, as the
-/// runtime shows them at startup.
-pub fn check_config(config: &RouteConfig) -> Result<(), ControllerError> {
-    let how = "set --cluster-cidr to one CIDR or to one IPv4 and one IPv6 CIDR separated by a \
+impl RouteConfig {
+    /// Checks the configuration before the controller starts. The messages name the flags, as
+    /// the runtime shows them at startup.
+    pub fn validate(&self) -> Result<(), ControllerError> {
+        let config = self;
+        let how = "set --cluster-cidr to one CIDR or to one IPv4 and one IPv6 CIDR separated by a \
                comma, or turn cloud routes off with --configure-cloud-routes=false";
-    if config.cluster_cidrs.is_empty() {
-        return Err(ControllerError::Config {
-            controller: CONTROLLER_NAME,
-            message: format!(
-                "--cluster-cidr is required when cloud routes are configured \
+        if config.cluster_cidrs.is_empty() {
+            return Err(ControllerError::Config {
+                controller: NAME,
+                message: format!(
+                    "--cluster-cidr is required when cloud routes are configured \
                  (--configure-cloud-routes=true, the default) and the provider supports routes: {how}"
-            ),
-        });
+                ),
+            });
+        }
+        if let Err(problem) = validate_cluster_cidrs(&config.cluster_cidrs) {
+            return Err(ControllerError::Config {
+                controller: NAME,
+                message: format!("invalid --cluster-cidr: {problem}: {how}"),
+            });
+        }
+        if config.reconciliation_period.is_zero() {
+            return Err(ControllerError::Config {
+                controller: NAME,
+                message: "--route-reconciliation-period must be greater than zero".to_owned(),
+            });
+        }
+        if config.max_concurrent_operations == 0 {
+            return Err(ControllerError::Config {
+                controller: NAME,
+                message: "the route controller's concurrent cloud operations must be at least 1"
+                    .to_owned(),
+            });
+        }
+        Ok(())
     }
-    if let Err(problem) = validate_cluster_cidrs(&config.cluster_cidrs) {
-        return Err(ControllerError::Config {
-            controller: CONTROLLER_NAME,
-            message: format!("invalid --cluster-cidr: {problem}: {how}"),
-        });
-    }
-    if config.reconciliation_period.is_zero() {
-        return Err(ControllerError::Config {
-            controller: CONTROLLER_NAME,
-            message: "--route-reconciliation-period must be greater than zero".to_owned(),
-        });
-    }
-    if config.max_concurrent_operations == 0 {
-        return Err(ControllerError::Config {
-            controller: CONTROLLER_NAME,
-            message: "the route controller's concurrent cloud operations must be at least 1"
-                .to_owned(),
-        });
-    }
-    Ok(())
 }
 
 /// The route controller's metrics.
@@ -188,18 +191,18 @@ impl RouteMetrics {
 pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), ControllerError> {
     if ctx.cloud.routes().is_none() {
         return Err(ControllerError::MissingCapability {
-            controller: CONTROLLER_NAME,
+            controller: NAME,
             capability: "routes",
         });
     }
-    check_config(&config)?;
+    config.validate()?;
     let metrics = RouteMetrics::register(&ctx.metrics);
     let changes = tokio::select! {
         () = ctx.shutdown.cancelled() => return Ok(()),
         changes = ctx.nodes.subscribe() => changes,
     };
     let Some(mut changes) = changes else {
-        return Err(ControllerError::NotSynced(CONTROLLER_NAME));
+        return Err(ControllerError::NotSynced(NAME));
     };
     // The first reconcile (the ticker's, at once) covers every Node in the store at start.
     changes.skip_initial();
@@ -881,9 +884,7 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_flags() {
-        let err = check_config(&RouteConfig::default())
-            .unwrap_err()
-            .to_string();
+        let err = RouteConfig::default().validate().unwrap_err().to_string();
         assert!(err.starts_with("node-route-controller: "), "{err}");
         assert!(err.contains("--cluster-cidr"), "{err}");
         assert!(err.contains("--configure-cloud-routes=false"), "{err}");
@@ -894,7 +895,7 @@ mod tests {
             ],
             ..RouteConfig::default()
         };
-        let err = check_config(&bad).unwrap_err().to_string();
+        let err = bad.validate().unwrap_err().to_string();
         assert!(err.contains("invalid --cluster-cidr"), "{err}");
         assert!(err.contains("one IPv4 and one IPv6"), "{err}");
         assert!(err.contains("--configure-cloud-routes=false"), "{err}");
@@ -902,7 +903,7 @@ mod tests {
             cluster_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
             ..RouteConfig::default()
         };
-        check_config(&ok).unwrap();
+        ok.validate().unwrap();
         assert_eq!(ok.reconciliation_period, Duration::from_secs(10));
         assert_eq!(ok.max_concurrent_operations, 200);
     }
