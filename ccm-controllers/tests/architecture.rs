@@ -21,9 +21,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The code of a file without comments (line comments, doc comments) and string contents are
-/// kept: paths in strings do not occur in this crate.
+/// The code of a file without comments (line comments, doc comments) and without its unit
+/// tests (`#[cfg(test)] mod tests`, which may build objects with any crate's types); string
+/// contents are kept: paths in strings do not occur in this crate.
 fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let text = text
+        .find("\n#[cfg(test)]\nmod tests")
+        .map_or(text, |end| &text[..end]);
     text.lines().enumerate().filter_map(|(i, line)| {
         let code = line.split("//").next().unwrap_or_default();
         (!code.trim().is_empty()).then_some((i + 1, code))

@@ -19,31 +19,20 @@
 //! - Taint writes are guarded JSON patches re-planned from a fresh read on conflict, as in the
 //!   cloud-node controller.
 
+mod cloud;
+mod metrics;
 pub(crate) mod plan;
+mod sync;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::{CloudError, CloudProvider, Node};
-use futures::StreamExt;
-use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Preconditions};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 
-use crate::controllers::node::cloud::legacy_provider_id;
-use crate::controllers::node::patch::{self, PatchError};
-use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
-use crate::machinery::events::EventRecorder;
-use crate::machinery::metrics::MetricsRegistry;
 
-use self::plan::{Answer, ExistsStep, ReadyStep};
+use self::sync::Reconciler;
 
 /// The controller's canonical name.
 pub const NAME: &str = "cloud-node-lifecycle-controller";
@@ -103,281 +92,6 @@ impl NodeLifecycleConfig {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: &'static str,
-}
-
-#[derive(Clone, Debug)]
-struct LifecycleMetrics {
-    checks: Family<OutcomeLabel, Counter>,
-    pass_duration: Histogram,
-}
-
-impl LifecycleMetrics {
-    fn register(registry: &MetricsRegistry) -> Self {
-        let m = LifecycleMetrics {
-            checks: Family::default(),
-            pass_duration: Histogram::new(exponential_buckets(0.001, 4.0, 10)),
-        };
-        registry.register(
-            "node_lifecycle_controller_checks",
-            "Node checks of the cloud-node-lifecycle controller by outcome (ready, shutdown_taint_removed, exists, shutdown_taint_added, gone_first, gone_awaiting_confirmation, deleted, delete_failed, error).",
-            m.checks.clone(),
-        );
-        registry.register(
-            "node_lifecycle_controller_monitor_duration_seconds",
-            "Duration of one pass of the cloud-node-lifecycle controller over all nodes.",
-            m.pass_duration.clone(),
-        );
-        m
-    }
-
-    fn count(&self, outcome: &'static str) {
-        self.checks.get_or_create(&OutcomeLabel { outcome }).inc();
-    }
-}
-
-struct Lifecycle {
-    ctx: ControllerContext,
-    api: Api<Node>,
-    recorder: EventRecorder,
-    config: NodeLifecycleConfig,
-    metrics: LifecycleMetrics,
-    /// When each node's instance was first reported gone: name → (UID, when).
-    first_gone: Mutex<HashMap<String, (String, Instant)>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn uid(node: &Node) -> String {
-    node.metadata.uid.clone().unwrap_or_default()
-}
-
-fn provider_id(node: &Node) -> &str {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or_default()
-}
-
-/// Whether the instance exists (Go's `ensureNodeExistsByProviderID`). On the legacy path an
-/// `InstanceNotFound` from the provider-ID lookup means "gone"; from the exists call itself,
-/// like any error, it means "unknown".
-async fn instance_exists(cloud: &dyn CloudProvider, node: &Node) -> Result<bool, CloudError> {
-    if let Some(v2) = cloud.instances_v2() {
-        return v2.instance_exists(node).await;
-    }
-    let Some(instances) = cloud.instances() else {
-        return Err(CloudError::msg(
-            "instances interface not supported in the cloud provider",
-        ));
-    };
-    let mut id = provider_id(node).to_owned();
-    if id.is_empty() {
-        id = match legacy_provider_id(cloud, instances, &node.name_any()).await {
-            Ok(id) => id,
-            Err(CloudError::InstanceNotFound) => return Ok(false),
-            Err(e) => return Err(e),
-        };
-    }
-    instances.instance_exists_by_provider_id(&id).await
-}
-
-/// Whether the instance is shut down (Go's `shutdownInCloudProvider`); `NotImplemented`, and an
-/// `InstanceNotFound` from the legacy provider-ID lookup, mean "not shut down".
-async fn instance_shutdown(cloud: &dyn CloudProvider, node: &Node) -> Result<bool, CloudError> {
-    let result = if let Some(v2) = cloud.instances_v2() {
-        v2.instance_shutdown(node).await
-    } else if let Some(instances) = cloud.instances() {
-        let mut id = provider_id(node).to_owned();
-        if id.is_empty() {
-            id = match legacy_provider_id(cloud, instances, &node.name_any()).await {
-                Ok(id) => id,
-                Err(CloudError::InstanceNotFound) => return Ok(false),
-                Err(e) => return Err(e),
-            };
-        }
-        instances.instance_shutdown_by_provider_id(&id).await
-    } else {
-        Err(CloudError::msg("cloud provider does not support instances"))
-    };
-    match result {
-        Err(CloudError::NotImplemented) => Ok(false),
-        other => other,
-    }
-}
-
-impl Lifecycle {
-    fn first_gone(&self, node: &Node) -> Option<Instant> {
-        lock(&self.first_gone)
-            .get(&node.name_any())
-            .filter(|(u, _)| *u == uid(node))
-            .map(|(_, t)| *t)
-    }
-
-    fn forget(&self, node: &Node) {
-        lock(&self.first_gone).remove(&node.name_any());
-    }
-
-    /// One pass over every node in the cache, at most `workers` checks at a time.
-    async fn monitor(&self) {
-        let started = Instant::now();
-        let nodes = self.ctx.nodes.list();
-        {
-            // Forget "gone" records of nodes that were deleted or replaced.
-            let present: HashMap<String, String> =
-                nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
-            lock(&self.first_gone).retain(|name, (u, _)| present.get(name) == Some(u));
-        }
-        futures::stream::iter(nodes)
-            .for_each_concurrent(self.config.workers, |node| async move {
-                self.check(&node).await;
-            })
-            .await;
-        self.metrics
-            .pass_duration
-            .observe(started.elapsed().as_secs_f64());
-    }
-
-    async fn check(&self, node: &Node) {
-        let name = node.name_any();
-        match plan::plan_ready(node) {
-            ReadyStep::Nothing => {
-                self.forget(node);
-                self.metrics.count("ready");
-            }
-            ReadyStep::RemoveShutdownTaint => {
-                self.forget(node);
-                self.patch_taints(node, false).await;
-            }
-            ReadyStep::CheckExists => {
-                let exists = instance_exists(self.ctx.cloud.as_ref(), node).await;
-                if let Err(error) = &exists {
-                    tracing::warn!(node = %name, %error, "error checking if node exists");
-                }
-                let step = plan::plan_exists(
-                    Answer::from(&exists),
-                    self.first_gone(node),
-                    Instant::now(),
-                    self.config.deletion_grace_period,
-                );
-                match step {
-                    ExistsStep::Skip => self.metrics.count("error"),
-                    ExistsStep::RecordFirstGone => {
-                        tracing::info!(
-                            node = %name,
-                            grace_period = ?self.config.deletion_grace_period,
-                            "cloud provider reports the node's instance gone; deleting the node if confirmed after the grace period"
-                        );
-                        lock(&self.first_gone).insert(name, (uid(node), Instant::now()));
-                        self.metrics.count("gone_first");
-                    }
-                    ExistsStep::AwaitConfirmation => {
-                        self.metrics.count("gone_awaiting_confirmation")
-                    }
-                    ExistsStep::Delete => self.delete(node).await,
-                    ExistsStep::CheckShutdown => {
-                        self.forget(node);
-                        let shutdown = instance_shutdown(self.ctx.cloud.as_ref(), node).await;
-                        if let Err(error) = &shutdown {
-                            tracing::warn!(node = %name, %error, "error checking if node is shutdown");
-                        }
-                        if plan::plan_shutdown(&shutdown, node) {
-                            self.patch_taints(node, true).await;
-                        } else {
-                            self.metrics
-                                .count(if shutdown.is_err() { "error" } else { "exists" });
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Adds (`add`) or removes the shutdown taint with a guarded patch, re-checking the
-    /// `Ready` condition on every fresh read.
-    async fn patch_taints(&self, node: &Node, add: bool) {
-        let name = node.name_any();
-        let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
-            let taints = match (add, plan::is_ready(current)) {
-                (true, false) => plan::with_shutdown_taint(current),
-                (false, true) => plan::without_shutdown_taint(current),
-                _ => None,
-            };
-            Ok::<_, std::convert::Infallible>(SpecUpdate {
-                taints,
-                ..Default::default()
-            })
-        })
-        .await;
-        match result {
-            Ok((_, wrote)) => {
-                if wrote {
-                    tracing::info!(node = %name, add, "updated the shutdown taint");
-                }
-                self.metrics.count(if add {
-                    "shutdown_taint_added"
-                } else {
-                    "shutdown_taint_removed"
-                });
-            }
-            Err(PatchError::NotFound) => {}
-            Err(error) => {
-                tracing::warn!(node = %name, add, %error, "failed to update the shutdown taint");
-                self.metrics.count("error");
-            }
-        }
-    }
-
-    /// Deletes a node whose instance is gone: `DeletingNode` event, then a delete guarded by
-    /// the node's UID; `DeletingNodeFailed` when the API refuses.
-    async fn delete(&self, node: &Node) {
-        let name = node.name_any();
-        let Some(uid) = node.metadata.uid.clone() else {
-            tracing::warn!(node = %name, "node has no UID; not deleting it");
-            self.metrics.count("error");
-            return;
-        };
-        tracing::info!(node = %name, "deleting node since it is no longer present in cloud provider");
-        self.recorder.normal(
-            node,
-            REASON_DELETING_NODE,
-            format!("Deleting node {name} because it does not exist in the cloud provider"),
-        );
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match self.api.delete(&name, &params).await {
-            Ok(_) => {
-                self.forget(node);
-                self.metrics.count("deleted");
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => self.forget(node),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                // The UID precondition failed: the node was re-created under the same name.
-                tracing::info!(node = %name, "node was replaced by a new one; not deleting it");
-                self.forget(node);
-            }
-            Err(error) => {
-                tracing::warn!(node = %name, %error, "unable to delete node");
-                self.recorder.warning(
-                    node,
-                    REASON_DELETING_NODE_FAILED,
-                    format!("Failed to delete node {name}: {error}"),
-                );
-                self.metrics.count("delete_failed");
-            }
-        }
-    }
-}
-
 /// Runs the node-lifecycle controller until `ctx.shutdown` fires, then lets the pass in
 /// progress finish.
 ///
@@ -402,14 +116,7 @@ pub async fn run(
     if !synced {
         return Err(ControllerError::NotSynced(NAME));
     }
-    let lifecycle = Arc::new(Lifecycle {
-        api: Api::all(ctx.client.clone()),
-        recorder: ctx.recorder(EVENT_COMPONENT),
-        metrics: LifecycleMetrics::register(&ctx.metrics),
-        first_gone: Mutex::new(HashMap::new()),
-        config: config.clone(),
-        ctx: ctx.clone(),
-    });
+    let lifecycle = Arc::new(Reconciler::new(ctx.clone(), config.clone()));
     tracing::info!(
         monitor_period = ?config.monitor_period,
         deletion_grace_period = ?config.deletion_grace_period,

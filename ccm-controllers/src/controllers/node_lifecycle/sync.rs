@@ -1,0 +1,220 @@
+//! The cloud-node-lifecycle controller's reconciler: checks each NotReady Node with the cloud,
+//! deletes the gone ones (after the grace period) and taints the shut-down ones.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use ccm_core::Node;
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Preconditions};
+use tokio::time::Instant;
+
+use super::cloud::{instance_exists, instance_shutdown};
+use super::metrics::LifecycleMetrics;
+use super::plan::{self, Answer, ExistsStep, ReadyStep};
+use super::{
+    EVENT_COMPONENT, NodeLifecycleConfig, REASON_DELETING_NODE, REASON_DELETING_NODE_FAILED,
+};
+use crate::controllers::node::patch::{self, PatchError};
+use crate::controllers::node::spec::SpecUpdate;
+use crate::machinery::context::ControllerContext;
+use crate::machinery::events::EventRecorder;
+
+/// The reconciler: one pass over the NotReady Nodes every monitor period.
+pub(super) struct Reconciler {
+    ctx: ControllerContext,
+    api: Api<Node>,
+    recorder: EventRecorder,
+    config: NodeLifecycleConfig,
+    metrics: LifecycleMetrics,
+    /// When each node's instance was first reported gone: name → (UID, when).
+    first_gone: Mutex<HashMap<String, (String, Instant)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn uid(node: &Node) -> String {
+    node.metadata.uid.clone().unwrap_or_default()
+}
+
+impl Reconciler {
+    pub(super) fn new(ctx: ControllerContext, config: NodeLifecycleConfig) -> Self {
+        Reconciler {
+            api: Api::all(ctx.client.clone()),
+            recorder: ctx.recorder(EVENT_COMPONENT),
+            metrics: LifecycleMetrics::register(&ctx.metrics),
+            first_gone: Mutex::new(HashMap::new()),
+            config,
+            ctx,
+        }
+    }
+
+    fn first_gone(&self, node: &Node) -> Option<Instant> {
+        lock(&self.first_gone)
+            .get(&node.name_any())
+            .filter(|(u, _)| *u == uid(node))
+            .map(|(_, t)| *t)
+    }
+
+    fn forget(&self, node: &Node) {
+        lock(&self.first_gone).remove(&node.name_any());
+    }
+
+    /// One pass over every node in the cache, at most `workers` checks at a time.
+    pub(super) async fn monitor(&self) {
+        let started = Instant::now();
+        let nodes = self.ctx.nodes.list();
+        {
+            // Forget "gone" records of nodes that were deleted or replaced.
+            let present: HashMap<String, String> =
+                nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
+            lock(&self.first_gone).retain(|name, (u, _)| present.get(name) == Some(u));
+        }
+        futures::stream::iter(nodes)
+            .for_each_concurrent(self.config.workers, |node| async move {
+                self.check(&node).await;
+            })
+            .await;
+        self.metrics
+            .pass_duration
+            .observe(started.elapsed().as_secs_f64());
+    }
+
+    async fn check(&self, node: &Node) {
+        let name = node.name_any();
+        match plan::plan_ready(node) {
+            ReadyStep::Nothing => {
+                self.forget(node);
+                self.metrics.count("ready");
+            }
+            ReadyStep::RemoveShutdownTaint => {
+                self.forget(node);
+                self.patch_taints(node, false).await;
+            }
+            ReadyStep::CheckExists => {
+                let exists = instance_exists(self.ctx.cloud.as_ref(), node).await;
+                if let Err(error) = &exists {
+                    tracing::warn!(node = %name, %error, "error checking if node exists");
+                }
+                let step = plan::plan_exists(
+                    Answer::from(&exists),
+                    self.first_gone(node),
+                    Instant::now(),
+                    self.config.deletion_grace_period,
+                );
+                match step {
+                    ExistsStep::Skip => self.metrics.count("error"),
+                    ExistsStep::RecordFirstGone => {
+                        tracing::info!(
+                            node = %name,
+                            grace_period = ?self.config.deletion_grace_period,
+                            "cloud provider reports the node's instance gone; deleting the node if confirmed after the grace period"
+                        );
+                        lock(&self.first_gone).insert(name, (uid(node), Instant::now()));
+                        self.metrics.count("gone_first");
+                    }
+                    ExistsStep::AwaitConfirmation => {
+                        self.metrics.count("gone_awaiting_confirmation")
+                    }
+                    ExistsStep::Delete => self.delete(node).await,
+                    ExistsStep::CheckShutdown => {
+                        self.forget(node);
+                        let shutdown = instance_shutdown(self.ctx.cloud.as_ref(), node).await;
+                        if let Err(error) = &shutdown {
+                            tracing::warn!(node = %name, %error, "error checking if node is shutdown");
+                        }
+                        if plan::plan_shutdown(&shutdown, node) {
+                            self.patch_taints(node, true).await;
+                        } else {
+                            self.metrics
+                                .count(if shutdown.is_err() { "error" } else { "exists" });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds (`add`) or removes the shutdown taint with a guarded patch, re-checking the
+    /// `Ready` condition on every fresh read.
+    async fn patch_taints(&self, node: &Node, add: bool) {
+        let name = node.name_any();
+        let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
+            let taints = match (add, plan::is_ready(current)) {
+                (true, false) => plan::with_shutdown_taint(current),
+                (false, true) => plan::without_shutdown_taint(current),
+                _ => None,
+            };
+            Ok::<_, std::convert::Infallible>(SpecUpdate {
+                taints,
+                ..Default::default()
+            })
+        })
+        .await;
+        match result {
+            Ok((_, wrote)) => {
+                if wrote {
+                    tracing::info!(node = %name, add, "updated the shutdown taint");
+                }
+                self.metrics.count(if add {
+                    "shutdown_taint_added"
+                } else {
+                    "shutdown_taint_removed"
+                });
+            }
+            Err(PatchError::NotFound) => {}
+            Err(error) => {
+                tracing::warn!(node = %name, add, %error, "failed to update the shutdown taint");
+                self.metrics.count("error");
+            }
+        }
+    }
+
+    /// Deletes a node whose instance is gone: `DeletingNode` event, then a delete guarded by
+    /// the node's UID; `DeletingNodeFailed` when the API refuses.
+    async fn delete(&self, node: &Node) {
+        let name = node.name_any();
+        let Some(uid) = node.metadata.uid.clone() else {
+            tracing::warn!(node = %name, "node has no UID; not deleting it");
+            self.metrics.count("error");
+            return;
+        };
+        tracing::info!(node = %name, "deleting node since it is no longer present in cloud provider");
+        self.recorder.normal(
+            node,
+            REASON_DELETING_NODE,
+            format!("Deleting node {name} because it does not exist in the cloud provider"),
+        );
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match self.api.delete(&name, &params).await {
+            Ok(_) => {
+                self.forget(node);
+                self.metrics.count("deleted");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => self.forget(node),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // The UID precondition failed: the node was re-created under the same name.
+                tracing::info!(node = %name, "node was replaced by a new one; not deleting it");
+                self.forget(node);
+            }
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "unable to delete node");
+                self.recorder.warning(
+                    node,
+                    REASON_DELETING_NODE_FAILED,
+                    format!("Failed to delete node {name}: {error}"),
+                );
+                self.metrics.count("delete_failed");
+            }
+        }
+    }
+}
