@@ -1,0 +1,327 @@
+//! The route controller's reconciler: lists the routes, plans, runs the plan's cloud calls and
+//! writes the Nodes' `NetworkUnavailable` condition.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use ccm_core::Route;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use tokio::sync::{RwLock, Semaphore};
+
+use crate::machinery::context::ControllerContext;
+use crate::machinery::events::EventRecorder;
+use crate::machinery::workqueue::{Outcome, WorkQueue};
+
+use super::cloud::{create_route, execute, failed_create_message};
+use super::metrics::RouteMetrics;
+use super::plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey};
+use super::*;
+
+/// The reconciler: one full route reconcile at a time, and the per-route create retries.
+pub(super) struct Reconciler {
+    pub(super) ctx: ControllerContext,
+    pub(super) config: RouteConfig,
+    pub(super) recorder: EventRecorder,
+    pub(super) metrics: RouteMetrics,
+    /// Cloud create/delete calls in flight (reconciles and retries together).
+    pub(super) ops: Arc<Semaphore>,
+    /// Per-route create retries.
+    pub(super) retries: WorkQueue<RouteKey>,
+    /// A reconcile holds it exclusively; retries share it, so a retry never races a
+    /// reconcile's view of which creates failed.
+    pub(super) reconcile_lock: RwLock<()>,
+    /// Creates that failed in the last reconcile and have not succeeded since.
+    pub(super) pending: Mutex<HashSet<RouteKey>>,
+    /// Conditions written whose watch event the Node informer has not delivered yet, by Node
+    /// name: without them a reconcile right after a write would see the old condition in the
+    /// cache and write it again.
+    pub(super) written: Mutex<HashMap<String, Written>>,
+}
+
+/// A `NetworkUnavailable` write, and the resourceVersion of the cached Node it was decided on.
+#[derive(Debug)]
+pub(super) struct Written {
+    decided_on: Option<String>,
+    desired: DesiredCondition,
+}
+
+impl Reconciler {
+    fn pending(&self) -> MutexGuard<'_, HashSet<RouteKey>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One full reconcile (§5.3).
+    pub(super) async fn reconcile(&self) -> Outcome {
+        let _exclusive = self.reconcile_lock.write().await;
+        let started = Instant::now();
+        let outcome = self.reconcile_locked().await;
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        outcome
+    }
+
+    async fn reconcile_locked(&self) -> Outcome {
+        self.metrics.syncs.inc();
+        let Some(routes) = self.ctx.cloud.routes() else {
+            return Outcome::Done;
+        };
+        let cluster_name = self.ctx.cluster_name.as_str();
+        let listed = match routes.list_routes(cluster_name).await {
+            Ok(listed) => listed,
+            Err(error) => {
+                tracing::warn!(%error, "could not list routes");
+                return match error.retry_after() {
+                    Some(after) => Outcome::RequeueAfter(after),
+                    None => Outcome::Failed,
+                };
+            }
+        };
+        let mut nodes = self.ctx.nodes.list();
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let infos: Vec<NodeInfo> = nodes.iter().map(|n| NodeInfo::from_node(n)).collect();
+        let plan = plan::plan(&infos, &listed, &self.config.cluster_cidrs);
+        tracing::debug!(
+            routes = listed.len(),
+            nodes = infos.len(),
+            deletes = plan.deletes.len(),
+            creates = plan.creates.len(),
+            "route reconcile planned"
+        );
+        let result = execute(routes, cluster_name, &plan, &self.ops).await;
+
+        // Failed creates: an event (unless the provider asked for a retry), and a per-route retry.
+        let mut failed: HashSet<RouteKey> = HashSet::new();
+        let mut events = Vec::new();
+        for (create, error, took) in &result.failed_creates {
+            let key = create.key();
+            failed.insert(key.clone());
+            match error.retry_after() {
+                Some(after) => self.retries.add_after(key, after),
+                None => {
+                    self.retries.add_rate_limited(key);
+                    if let Some(node) = nodes
+                        .iter()
+                        .find(|n| n.metadata.name.as_deref() == Some(&create.route.target_node))
+                    {
+                        events.push((node.clone(), failed_create_message(create, *took, error)));
+                    }
+                }
+            }
+        }
+        {
+            let mut pending = self.pending();
+            for key in pending.iter() {
+                if !failed.contains(key) {
+                    self.retries.forget(key);
+                }
+            }
+            *pending = failed.clone();
+        }
+        for (node, note) in events {
+            self.recorder
+                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+        }
+
+        // Conditions.
+        self.prune_written();
+        let updates = plan::condition_updates(&plan, &failed);
+        futures::stream::iter(updates)
+            .for_each_concurrent(CONDITION_WRITERS, |(name, desired)| async move {
+                self.set_condition(&name, desired).await;
+            })
+            .await;
+
+        if let Some(after) = result.delete_retry_after {
+            Outcome::RequeueAfter(after)
+        } else if result.failed_deletes > 0 {
+            Outcome::Failed
+        } else {
+            Outcome::Done
+        }
+    }
+
+    /// Retries one failed create, unless a reconcile settled it meanwhile.
+    pub(super) async fn retry_create(&self, key: RouteKey) -> Outcome {
+        let _shared = self.reconcile_lock.read().await;
+        if !self.pending().contains(&key) {
+            return Outcome::Done;
+        }
+        let Some(routes) = self.ctx.cloud.routes() else {
+            return Outcome::Done;
+        };
+        let node = self.ctx.nodes.get(&key.node);
+        let info = node.as_deref().map(NodeInfo::from_node);
+        let raw_cidr = info
+            .as_ref()
+            .and_then(|i| {
+                i.pod_cidrs
+                    .iter()
+                    .find(|c| plan::normalize_cidr(c) == key.cidr)
+            })
+            .cloned();
+        let (Some(node), Some(info), Some(raw_cidr)) = (node, info, raw_cidr) else {
+            // The Node or its CIDR is gone: nothing to create (the reconcile its change
+            // triggered cleans up).
+            self.pending().remove(&key);
+            return Outcome::Done;
+        };
+        let create = RouteCreate {
+            name_hint: info.uid.clone(),
+            route: Route {
+                name: String::new(),
+                target_node: info.name.clone(),
+                enable_node_addresses: false,
+                target_node_addresses: info.addresses.clone(),
+                destination_cidr: raw_cidr,
+                blackhole: false,
+            },
+        };
+        let started = Instant::now();
+        match create_route(routes, &self.ctx.cluster_name, &create, &self.ops).await {
+            Ok(()) => {
+                let others_pending = {
+                    let mut pending = self.pending();
+                    pending.remove(&key);
+                    pending.iter().any(|k| k.node == key.node)
+                };
+                // Every other CIDR of the Node was routed in the last reconcile (only failed
+                // creates are pending), so the Node is now fully routed.
+                if !others_pending
+                    && DesiredCondition::ROUTE_CREATED
+                        .differs_from(info.network_unavailable.as_ref())
+                {
+                    self.set_condition(&info.name, DesiredCondition::ROUTE_CREATED)
+                        .await;
+                }
+                Outcome::Done
+            }
+            Err(error) => match error.retry_after() {
+                Some(after) => Outcome::RequeueAfter(after),
+                None => {
+                    let note = failed_create_message(&create, started.elapsed(), &error);
+                    self.recorder
+                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+                    Outcome::Failed
+                }
+            },
+        }
+    }
+
+    /// Writes the `NetworkUnavailable` condition through the status subresource: a strategic
+    /// merge patch of this one condition (merge key `type`, so other conditions are untouched),
+    /// decided on the informer's cached Node, without reading it first (see
+    /// [`plan::condition_patch`] for `lastTransitionTime` and when the patch carries a
+    /// resourceVersion precondition). A conflict is decided again on a fresh read; other
+    /// failures are retried from the cache (Go: 5 attempts, 100 ms apart).
+    async fn set_condition(&self, name: &str, desired: DesiredCondition) {
+        let api: Api<Node> = Api::all(self.ctx.client.clone());
+        let mut fresh: Option<Arc<Node>> = None;
+        for attempt in 0..CONDITION_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(CONDITION_RETRY_DELAY).await;
+            }
+            let node = match fresh.take() {
+                Some(node) => node,
+                None => {
+                    let Some(cached) = self.ctx.nodes.get(name) else {
+                        // Deleted (the reconcile its deletion triggers cleans up).
+                        return;
+                    };
+                    if self.written_since(&cached, desired) {
+                        return;
+                    }
+                    cached
+                }
+            };
+            let now = Time(jiff::Timestamp::now());
+            let Some(patch) = plan::condition_patch(&node, &desired, &now) else {
+                return;
+            };
+            match api
+                .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(
+                        node = name,
+                        status = desired.status,
+                        reason = desired.reason,
+                        "set NetworkUnavailable"
+                    );
+                    self.remember_written(&node, desired);
+                    return;
+                }
+                Err(kube::Error::Api(status)) if status.is_not_found() => return,
+                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    tracing::debug!(
+                        node = name,
+                        "conflict setting NetworkUnavailable; deciding again on a fresh read"
+                    );
+                    match api.get_opt(name).await {
+                        Ok(Some(node)) => fresh = Some(Arc::new(node)),
+                        Ok(None) => return,
+                        Err(error) => {
+                            tracing::warn!(node = name, %error, "could not read node to set its NetworkUnavailable condition");
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(node = name, %error, "could not set NetworkUnavailable");
+                }
+            }
+        }
+        tracing::warn!(
+            node = name,
+            "giving up setting NetworkUnavailable for now; the next reconcile tries again"
+        );
+    }
+
+    fn written(&self) -> MutexGuard<'_, HashMap<String, Written>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this controller already wrote `desired` on the Node after the version `cached`
+    /// is (the informer has not delivered the write yet): writing it again would only repeat
+    /// it. Once the cache has moved on, the entry is dropped and the cache decides.
+    fn written_since(&self, cached: &Node, desired: DesiredCondition) -> bool {
+        let name = cached.metadata.name.as_deref().unwrap_or_default();
+        let mut written = self.written();
+        match written.get(name) {
+            Some(w) if w.decided_on == cached.metadata.resource_version => w.desired == desired,
+            Some(_) => {
+                written.remove(name);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Remembers a successful write decided on `node` (see [`RouteController::written_since`]).
+    fn remember_written(&self, node: &Node, desired: DesiredCondition) {
+        if let Some(name) = node.metadata.name.clone() {
+            self.written().insert(
+                name,
+                Written {
+                    decided_on: node.metadata.resource_version.clone(),
+                    desired,
+                },
+            );
+        }
+    }
+
+    /// Drops the remembered writes the informer has delivered by now (or whose Node is gone),
+    /// so the map holds only writes in flight through the watch.
+    fn prune_written(&self) {
+        self.written().retain(|name, w| {
+            self.ctx
+                .nodes
+                .get(name)
+                .is_some_and(|n| n.metadata.resource_version == w.decided_on)
+        });
+    }
+}
