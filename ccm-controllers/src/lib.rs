@@ -33,22 +33,21 @@
 #![warn(missing_docs)]
 
 pub mod controllers;
-pub mod machinery;
+mod machinery;
 pub mod options;
-pub mod runtime;
+mod runtime;
 pub mod secure_serving;
 
+pub use machinery::budget::{BudgetConfig, BudgetedProvider, MIN_RETRY_AFTER};
 pub use machinery::context::{ContextParams, ControllerContext, InformerScope};
 pub use machinery::error::ControllerError;
-pub use machinery::events::{EventBroadcaster, EventRecorder, EventWriter};
-pub use machinery::informer::{Change, Informer, Subscription};
+pub use machinery::events::{
+    EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT, MAX_TRIES_PER_EVENT,
+};
+pub use machinery::go_syntax::parse_go_duration;
+pub use machinery::informer::{Change, Informer, Subscription, strip_node};
 pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use machinery::workqueue::{Backoff, Outcome, WorkQueue};
-
-pub use machinery::budget::{BudgetConfig, BudgetedProvider, TokenBucket};
-pub use machinery::go_syntax::parse_go_duration;
-pub use options::controllers::{ControllerSelection, KnownController};
-pub use options::{FlagError, Options};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,
 };

@@ -18,10 +18,10 @@ mod service_common;
 use std::time::Duration;
 
 use ccm_controllers::controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::machinery::events::{
+use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
+use ccm_controllers::{
     EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT, MAX_TRIES_PER_EVENT,
 };
-use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
 use ccm_testing::TestCluster;
 use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};

@@ -6,7 +6,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ccm_controllers::options::LogFormat;
-use ccm_controllers::{NoArgs, Options, parse_flags};
+use ccm_controllers::options::Options;
+use ccm_controllers::{NoArgs, parse_flags};
 
 fn parse(args: &[&str]) -> Result<Options, String> {
     let mut all = vec!["cloud-controller-manager"];

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ccm_controllers::Backoff;
 use ccm_controllers::InformerScope;
 use ccm_controllers::controllers::route::{self, RouteConfig};
-use ccm_controllers::machinery::workqueue::Backoff;
 use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::{CloudProvider, Route};
 use ccm_testing::TestCluster;

@@ -939,10 +939,7 @@ async fn budget_timeout_retry_and_capabilities() {
         .update_load_balancer("c", &Service::default(), &[])
         .await
         .unwrap_err();
-    assert_eq!(
-        err.retry_after(),
-        Some(ccm_controllers::machinery::budget::MIN_RETRY_AFTER)
-    );
+    assert_eq!(err.retry_after(), Some(ccm_controllers::MIN_RETRY_AFTER));
     let text = metrics.encode().unwrap();
     assert!(text.contains(
         "cloud_provider_requests_total{operation=\"update_load_balancer\",result=\"error\"} 1"
@@ -951,19 +948,4 @@ async fn budget_timeout_retry_and_capabilities() {
     assert!(text2.contains(
         "cloud_provider_requests_total{operation=\"update_load_balancer\",result=\"retry\"} 1"
     ));
-}
-
-#[test]
-fn the_runtime_starts_few_worker_threads_unless_told() {
-    use ccm_controllers::runtime::{MAX_DEFAULT_WORKER_THREADS, default_worker_threads};
-    let threads = default_worker_threads();
-    match std::env::var("TOKIO_WORKER_THREADS") {
-        Ok(v) if v.trim().parse::<usize>().is_ok_and(|n| n > 0) => {
-            assert_eq!(threads, v.trim().parse::<usize>().unwrap());
-        }
-        _ => {
-            let cores = std::thread::available_parallelism().unwrap().get();
-            assert_eq!(threads, cores.min(MAX_DEFAULT_WORKER_THREADS));
-        }
-    }
 }

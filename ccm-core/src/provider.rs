@@ -307,7 +307,7 @@ pub trait LoadBalancer: Send + Sync {
     /// keep an `Arc` if you need one later. Cached Nodes carry metadata, spec,
     /// `status.addresses`, `status.nodeInfo` and the `Ready`/`NetworkUnavailable` conditions,
     /// not the fields no cloud needs (`managedFields`, images, capacity, volumes; see
-    /// `ccm_controllers::machinery::informer::strip_node`). Errors: [`CloudError::Retry`]
+    /// `ccm_controllers::strip_node`). Errors: [`CloudError::Retry`]
     /// requeues after its delay, [`CloudError::ImplementedElsewhere`] is a success without a
     /// status write, anything else emits `SyncLoadBalancerFailed` and retries with exponential
     /// backoff (5 s to 300 s).

@@ -53,7 +53,7 @@ pub const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 /// can use paused time, and it is shared between the cloud budget and the Kubernetes client
 /// layer; `governor` uses its own clock (`quanta`) and has no async wait on tokio's timer.
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     qps: f64,
     burst: f64,
     state: Mutex<BucketState>,
@@ -67,7 +67,7 @@ struct BucketState {
 
 impl TokenBucket {
     /// A full bucket. `qps` must be > 0 and `burst` >= 1 (the flags are validated before).
-    pub fn new(qps: f64, burst: u32) -> Self {
+    pub(crate) fn new(qps: f64, burst: u32) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket {
             qps: if qps > 0.0 { qps } else { f64::MIN_POSITIVE },
@@ -80,7 +80,7 @@ impl TokenBucket {
     }
 
     /// Takes a token now or reserves the next one; returns how long to wait before using it.
-    pub fn reserve(&self) -> Duration {
+    pub(crate) fn reserve(&self) -> Duration {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let elapsed = now.saturating_duration_since(s.last).as_secs_f64();
@@ -95,7 +95,7 @@ impl TokenBucket {
     }
 
     /// Waits for a token.
-    pub async fn acquire(&self) {
+    pub(crate) async fn acquire(&self) {
         let wait = self.reserve();
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;

@@ -94,15 +94,15 @@ use crate::machinery::metrics::MetricsRegistry;
 use correlator::{Correlated, Correlator, Write};
 
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
-pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
+pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1000;
 /// How long the writer keeps writing queued Events after it was told to stop.
-pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Tries per Event before the writer gives up on it (client-go's `maxTriesPerEvent`).
 pub const MAX_TRIES_PER_EVENT: u32 = 12;
 /// Sleep between two tries of an Event; the first sleep is a random fraction of it
 /// (client-go's `defaultSleepDuration`).
-pub const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
 
 /// Event writes in flight at most. Thirty-two: Events must keep pace with the controllers that
 /// record them, or the queue overflows. A node burst records one `Synced` per Node at the rate

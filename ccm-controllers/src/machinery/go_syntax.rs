@@ -76,7 +76,7 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
 }
 
 /// Formats a duration the way Go prints one (`2m0s`, `1h30m0s`, `500ms`, `0s`).
-pub fn format_go_duration(d: Duration) -> String {
+pub(crate) fn format_go_duration(d: Duration) -> String {
     if d.is_zero() {
         return "0s".to_owned();
     }

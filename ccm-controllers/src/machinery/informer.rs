@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Default capacity of an informer's change broadcast. A subscriber more than this many changes
 /// behind receives [`Change::Resync`].
-pub const DEFAULT_BROADCAST_CAPACITY: usize = 4096;
+pub(crate) const DEFAULT_BROADCAST_CAPACITY: usize = 4096;
 
 /// One change seen by an informer.
 #[derive(Debug)]
@@ -370,7 +370,7 @@ async fn drive<K, S>(
 /// With 5,000 Nodes, pages of 500 left fake-ccm at 106 MB resident, pages of 50 at 65 MB and
 /// pages of 10 at 62 MB (`docs/performance.md`, steady). 50 costs one list request per 50 Nodes
 /// at start and after a relist, which the API server serves page by page.
-pub const NODE_LIST_PAGE_SIZE: u32 = 50;
+pub(crate) const NODE_LIST_PAGE_SIZE: u32 = 50;
 
 /// The watcher configuration of the shared Node informer: consistent (`resourceVersion`
 /// unset) lists in pages of [`NODE_LIST_PAGE_SIZE`].
@@ -379,7 +379,7 @@ pub const NODE_LIST_PAGE_SIZE: u32 = 50;
 /// `limit` (up to Kubernetes 1.33): one response with every Node, all decoded at once. (kube
 /// drops `resourceVersion=0` from a list that has a limit anyway; the semantic is spelled out
 /// here so that stays true.)
-pub fn node_watcher_config() -> watcher::Config {
+pub(crate) fn node_watcher_config() -> watcher::Config {
     watcher::Config::default()
         .list_semantic(watcher::ListSemantic::MostRecent)
         .page_size(NODE_LIST_PAGE_SIZE)
@@ -396,7 +396,7 @@ pub fn node_watcher_config() -> watcher::Config {
 /// A cached Node is what the providers' load-balancer calls receive as hosts, and what every
 /// controller reads; 5,000 of them cost about 6 KB each this way against 7.3 KB with only the
 /// images removed (`docs/performance.md`, steady). A vendor whose provider or own controller
-/// needs more replaces this with [`Builder::strip_cached_node`](crate::runtime::Builder::strip_cached_node).
+/// needs more replaces this with [`Builder::strip_cached_node`](crate::Builder::strip_cached_node).
 pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
     use ccm_core::well_known::{CONDITION_NETWORK_UNAVAILABLE, CONDITION_READY};
     let Some(status) = node.status.as_mut() else {
@@ -419,7 +419,7 @@ pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
 }
 
 /// Strips nothing beyond `managedFields` (which every informer drops).
-pub fn strip_nothing<K>(_: &mut K) {}
+pub(crate) fn strip_nothing<K>(_: &mut K) {}
 
 #[cfg(test)]
 mod tests {

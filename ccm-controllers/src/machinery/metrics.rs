@@ -53,7 +53,7 @@ impl MetricsRegistry {
 
 /// The `name` label of the work-queue metrics.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabel {
+pub(crate) struct QueueLabel {
     /// The queue's name (Go's: `Nodes`, `service`, `node`, `Routes`).
     pub name: String,
 }

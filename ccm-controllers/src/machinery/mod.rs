@@ -2,11 +2,11 @@
 //! Kubernetes Events, the cloud-call budget, metrics and the error type. Nothing here imports a
 //! controller, the options or the runtime (see `ARCHITECTURE.md`).
 
-pub mod budget;
-pub mod context;
+pub(crate) mod budget;
+pub(crate) mod context;
 pub(crate) mod error;
-pub mod events;
-pub mod go_syntax;
-pub mod informer;
-pub mod metrics;
-pub mod workqueue;
+pub(crate) mod events;
+pub(crate) mod go_syntax;
+pub(crate) mod informer;
+pub(crate) mod metrics;
+pub(crate) mod workqueue;

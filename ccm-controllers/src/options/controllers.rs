@@ -8,7 +8,7 @@
 /// A controller name the grammar knows: its canonical name, its aliases, and whether `*`
 /// enables it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KnownController {
+pub(crate) struct KnownController {
     /// The canonical name, e.g. `service-lb-controller`.
     pub name: String,
     /// Other accepted names, e.g. `service`.
@@ -21,11 +21,11 @@ pub struct KnownController {
 /// A `--controllers` value that could not be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid value for --controllers: {0}")]
-pub struct ControllersFlagError(pub String);
+pub(crate) struct ControllersFlagError(pub String);
 
 /// The parsed `--controllers` value: items with aliases rewritten to canonical names.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ControllerSelection {
+pub(crate) struct ControllerSelection {
     items: Vec<Item>,
     disabled_by_default: Vec<String>,
 }
@@ -39,7 +39,7 @@ enum Item {
 
 impl ControllerSelection {
     /// Parses the items of `--controllers` against the known controllers.
-    pub fn parse(
+    pub(crate) fn parse(
         items: &[String],
         known: &[KnownController],
     ) -> Result<Self, ControllersFlagError> {
@@ -87,7 +87,7 @@ impl ControllerSelection {
     }
 
     /// Whether the controller with this canonical name runs.
-    pub fn is_enabled(&self, canonical: &str) -> bool {
+    pub(crate) fn is_enabled(&self, canonical: &str) -> bool {
         let mut star = false;
         for item in &self.items {
             match item {

@@ -26,7 +26,7 @@
 //! them, with a warning saying why they have no effect ([`Options::warnings`]), or rejected when
 //! ignoring them would be unsafe ([`Options::validate`]); never silently ignored.
 
-pub mod controllers;
+pub(crate) mod controllers;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! The table of built-in controllers: canonical name, aliases, and how to start each from the
-//! [`ControllerContext`](crate::ControllerContext) and the parsed [`Options`](crate::Options).
+//! [`ControllerContext`](crate::ControllerContext) and the parsed [`Options`](crate::options::Options).
 //!
 //! An entry looks like this (the flag → config mapping is plain data on
-//! [`Options`](crate::Options)):
+//! [`Options`](crate::options::Options)):
 //!
 //! ```ignore
 //! ControllerEntry::new("cloud-node-controller", |ctx, args| async move {

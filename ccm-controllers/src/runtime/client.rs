@@ -34,7 +34,7 @@ use crate::options::Options;
 /// The Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum ClientError {
+pub(crate) enum ClientError {
     /// `--kubeconfig` could not be read or used.
     #[error("--kubeconfig {path}: {message}")]
     Kubeconfig {
@@ -59,7 +59,7 @@ pub enum ClientError {
 /// Loads the client configuration as Go's `clientcmd.BuildConfigFromFlags` does: `--kubeconfig`
 /// (with `--master` overriding its server), else `--master` alone, else in-cluster, else the
 /// default kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
-pub async fn load_config(options: &Options) -> Result<Config, ClientError> {
+pub(crate) async fn load_config(options: &Options) -> Result<Config, ClientError> {
     let master = match &options.kube.master {
         Some(m) if !m.is_empty() => Some(
             m.parse::<http::Uri>()
@@ -98,21 +98,9 @@ pub async fn load_config(options: &Options) -> Result<Config, ClientError> {
     Ok(config)
 }
 
-/// Builds the client from `config` with the user agent `cloud-controller-manager/<version>`,
-/// the QPS/burst token bucket and the request metrics.
-pub fn build_client(
-    config: Config,
-    qps: f64,
-    burst: u32,
-    version: &str,
-    metrics: &MetricsRegistry,
-) -> Result<Client, ClientError> {
-    Ok(build_clients(config, qps, burst, version, metrics)?.controllers)
-}
-
 /// The API clients of a CCM process, built by [`build_clients`].
 #[derive(Clone)]
-pub struct Clients {
+pub(crate) struct Clients {
     /// The controllers' client (informers, object writes, leader election).
     pub controllers: Client,
     /// The Event writer's client: its own connections and its own token bucket, so that
@@ -121,10 +109,10 @@ pub struct Clients {
     pub events: Client,
 }
 
-/// Builds [`Clients`] from `config`: each as [`build_client`] builds one (same user agent,
-/// same `qps`/`burst`), with a token bucket and a connection pool each; the request metrics
-/// count both.
-pub fn build_clients(
+/// Builds [`Clients`] from `config`: each with the user agent
+/// `cloud-controller-manager/<version>` and the same `qps`/`burst`, with a token bucket and a
+/// connection pool each; the request metrics count both.
+pub(crate) fn build_clients(
     mut config: Config,
     qps: f64,
     burst: u32,
@@ -159,13 +147,13 @@ pub fn build_clients(
 
 /// A tower layer applying a [`TokenBucket`] to every request.
 #[derive(Clone, Debug)]
-pub struct RateLimitLayer {
+pub(crate) struct RateLimitLayer {
     bucket: Arc<TokenBucket>,
 }
 
 impl RateLimitLayer {
     /// A layer sharing `bucket`.
-    pub fn new(bucket: Arc<TokenBucket>) -> Self {
+    pub(crate) fn new(bucket: Arc<TokenBucket>) -> Self {
         RateLimitLayer { bucket }
     }
 }
@@ -183,7 +171,7 @@ impl<S> Layer<S> for RateLimitLayer {
 
 /// The service of [`RateLimitLayer`].
 #[derive(Debug)]
-pub struct RateLimit<S> {
+pub(crate) struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
     state: LimitState,
@@ -247,7 +235,7 @@ struct DurationLabels {
 
 /// A tower layer recording client-go's request metrics.
 #[derive(Clone, Debug)]
-pub struct RequestMetricsLayer {
+pub(crate) struct RequestMetricsLayer {
     host: Arc<str>,
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram>,
@@ -256,7 +244,7 @@ pub struct RequestMetricsLayer {
 impl RequestMetricsLayer {
     /// Registers `rest_client_requests_total` and `rest_client_request_duration_seconds` in
     /// `metrics` (once per registry); `host` is the API server's `host:port`.
-    pub fn new(host: String, metrics: &MetricsRegistry) -> Self {
+    pub(crate) fn new(host: String, metrics: &MetricsRegistry) -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let durations = Family::<DurationLabels, Histogram>::new_with_constructor(|| {
             // client-go's buckets.
@@ -294,7 +282,7 @@ impl<S> Layer<S> for RequestMetricsLayer {
 
 /// The service of [`RequestMetricsLayer`].
 #[derive(Debug)]
-pub struct RequestMetrics<S> {
+pub(crate) struct RequestMetrics<S> {
     inner: S,
     layer: RequestMetricsLayer,
 }

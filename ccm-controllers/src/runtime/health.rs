@@ -26,7 +26,7 @@ use crate::runtime::leader::LeaderState;
 
 /// What the probes report; shared between the runtime and the server.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     /// Election state.
     pub leader: watch::Sender<LeaderState>,
     /// The shared informers have listed once.
@@ -37,7 +37,7 @@ pub struct Health {
 
 impl Health {
     /// Initial state: not synced, not shutting down, `leader` as given.
-    pub fn new(leader: LeaderState) -> Arc<Self> {
+    pub(crate) fn new(leader: LeaderState) -> Arc<Self> {
         Arc::new(Health {
             leader: watch::channel(leader).0,
             synced: AtomicBool::new(false),
@@ -46,7 +46,7 @@ impl Health {
     }
 
     /// `(healthy, reason)` for `/healthz` and `/livez`.
-    pub fn live(&self) -> (bool, &'static str) {
+    pub(crate) fn live(&self) -> (bool, &'static str) {
         match *self.leader.borrow() {
             LeaderState::Lost => (false, "leader election lost"),
             _ => (true, "ok"),
@@ -54,7 +54,7 @@ impl Health {
     }
 
     /// `(ready, reason)` for `/readyz`.
-    pub fn ready(&self) -> (bool, &'static str) {
+    pub(crate) fn ready(&self) -> (bool, &'static str) {
         if self.shutting_down.load(Ordering::SeqCst) {
             return (false, "shutting down");
         }
@@ -113,7 +113,7 @@ async fn metrics(State(s): State<AppState>) -> Response {
 }
 
 /// The router serving the four paths.
-pub fn router(health: Arc<Health>, registry: Arc<MetricsRegistry>) -> Router {
+pub(crate) fn router(health: Arc<Health>, registry: Arc<MetricsRegistry>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))

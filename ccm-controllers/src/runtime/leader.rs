@@ -35,7 +35,7 @@ use crate::options::{LeaderElectionArgs, ceil_secs};
 
 /// Where this process stands in the election (also what `/readyz` and `/healthz` report).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaderState {
+pub(crate) enum LeaderState {
     /// Leader election is off: this process runs controllers.
     Disabled,
     /// Trying to acquire; `healthy` is false when the last attempt failed (API unreachable).
@@ -51,7 +51,7 @@ pub enum LeaderState {
 
 /// The election settings.
 #[derive(Clone, Debug)]
-pub struct ElectionConfig {
+pub(crate) struct ElectionConfig {
     /// Lease namespace.
     pub namespace: String,
     /// Lease name.
@@ -68,7 +68,7 @@ pub struct ElectionConfig {
 
 impl ElectionConfig {
     /// From the flags, with `identity` (see [`default_identity`]).
-    pub fn from_args(args: &LeaderElectionArgs, identity: String) -> Self {
+    pub(crate) fn from_args(args: &LeaderElectionArgs, identity: String) -> Self {
         ElectionConfig {
             namespace: args.leader_elect_resource_namespace.clone(),
             name: args.leader_elect_resource_name.clone(),
@@ -91,7 +91,7 @@ impl ElectionConfig {
 }
 
 /// Go's identity: `<hostname>_<uuid>`.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     let host = hostname::get()
         .ok()
         .and_then(|h| h.into_string().ok())

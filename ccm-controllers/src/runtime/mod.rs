@@ -14,10 +14,10 @@
 //! process leads), as in Go.
 
 mod builtin;
-pub mod client;
+pub(crate) mod client;
 mod entry;
-pub mod health;
-pub mod leader;
+pub(crate) mod health;
+pub(crate) mod leader;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -132,12 +132,12 @@ impl Builder<NoArgs> {
 /// allocates an arena of its own and keeps what it freed. `steady` with 5,000 Nodes and 1,000
 /// Services measured 61.2 MB resident with 1 worker, 61–62 MB with 2, 66.1 MB with 4 and
 /// 71.4 MB with 8 (tokio's default is one per core).
-pub const MAX_DEFAULT_WORKER_THREADS: usize = 2;
+pub(crate) const MAX_DEFAULT_WORKER_THREADS: usize = 2;
 
 /// The worker threads [`Builder::run`] starts unless [`Builder::worker_threads`] says
 /// otherwise: `TOKIO_WORKER_THREADS` when set to a positive number, else the machine's
 /// parallelism capped at [`MAX_DEFAULT_WORKER_THREADS`].
-pub fn default_worker_threads() -> usize {
+pub(crate) fn default_worker_threads() -> usize {
     let from_env = std::env::var("TOKIO_WORKER_THREADS")
         .ok()
         .and_then(|v| v.trim().parse::<usize>().ok())
@@ -263,7 +263,7 @@ where
         self
     }
 
-    /// Replaces [`informer::strip_node`](crate::machinery::informer::strip_node), which removes from every
+    /// Replaces [`informer::strip_node`](crate::strip_node), which removes from every
     /// Node, before it is cached, the fields no built-in controller or typical provider reads
     /// (images, capacity, most conditions, ...). Cached Nodes are what every controller reads
     /// and what load-balancer calls receive as hosts; if your provider or your own controller
@@ -970,4 +970,25 @@ where
         Options::from_arg_matches(&matches)?,
         V::from_arg_matches(&matches)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_runtime_starts_few_worker_threads_unless_told() {
+        let threads = default_worker_threads();
+        match std::env::var("TOKIO_WORKER_THREADS") {
+            Ok(v) if v.trim().parse::<usize>().is_ok_and(|n| n > 0) => {
+                assert_eq!(threads, v.trim().parse::<usize>().unwrap());
+            }
+            _ => {
+                let cores = std::thread::available_parallelism().unwrap().get();
+                assert_eq!(threads, cores.min(MAX_DEFAULT_WORKER_THREADS));
+            }
+        }
+    }
 }

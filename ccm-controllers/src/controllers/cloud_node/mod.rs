@@ -39,7 +39,7 @@ use crate::machinery::informer::Change;
 use crate::machinery::workqueue::{Backoff, WorkQueue};
 
 use self::metrics::CloudNodeMetrics;
-use self::sync::Shared;
+use self::sync::Reconciler;
 
 /// The controller's canonical name.
 pub const NAME: &str = "cloud-node-controller";
@@ -131,7 +131,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
 
     let metrics = CloudNodeMetrics::register(&ctx.metrics);
     let recorder = ctx.recorder(EVENT_COMPONENT);
-    let shared = Arc::new(Shared::new(ctx.clone(), recorder, metrics));
+    let shared = Arc::new(Reconciler::new(ctx.clone(), recorder, metrics));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
     tracing::info!(
         workers = config.workers,

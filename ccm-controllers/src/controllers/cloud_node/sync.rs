@@ -22,7 +22,7 @@ pub(crate) const REASON_SYNCED: &str = "Synced";
 pub(crate) const REASON_SYNC_FAILED: &str = "SyncFailed";
 
 /// State shared by the workers and the periodic refresh.
-pub(crate) struct Shared {
+pub(crate) struct Reconciler {
     pub(crate) ctx: ControllerContext,
     pub(crate) api: Api<Node>,
     pub(crate) recorder: EventRecorder,
@@ -37,7 +37,7 @@ pub(crate) struct Shared {
     retry_not_before: Mutex<HashMap<String, Instant>>,
 }
 
-/// A Node this controller untainted (see [`Shared::sync_node`]).
+/// A Node this controller untainted (see [`Reconciler::sync_node`]).
 struct Untainted {
     /// The Node's UID (a Node re-created under the same name is another Node).
     uid: String,
@@ -58,13 +58,13 @@ fn uid(node: &Node) -> String {
     node.metadata.uid.clone().unwrap_or_default()
 }
 
-impl Shared {
+impl Reconciler {
     pub(crate) fn new(
         ctx: ControllerContext,
         recorder: EventRecorder,
         metrics: CloudNodeMetrics,
     ) -> Self {
-        Shared {
+        Reconciler {
             api: Api::all(ctx.client.clone()),
             ctx,
             recorder,
