@@ -105,12 +105,11 @@ pub const MAX_TRIES_PER_EVENT: u32 = 12;
 pub(crate) const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
 
 /// Event writes in flight at most. Thirty-two: Events must keep pace with the controllers that
-/// record them, or the queue overflows. A node burst records one `Synced` per Node at the rate
-/// the node workers initialise them (the in-process benchmark: 250 Nodes/s for 20 s, with
-/// writes taking about 100 ms on its overloaded 2 cores, where 16 in flight drained about
-/// 170 Events/s and dropped 661 of 5,000). At the 20-30 ms a write takes on a real
-/// kube-apiserver, 32 are over 1,000 Events/s; yet they are under a sixth of kube-apiserver's
-/// default `--max-mutating-requests-inflight` (200), and a third of the node workers' writes.
+/// record them, or the queue overflows: a node burst records one `Synced` per Node at the rate
+/// the node workers initialise them, and with 16 in flight the in-process node-burst dropped
+/// Events where 32 dropped none (`docs/performance.md`, section "Events (issue 16)"). Yet 32
+/// are under a sixth of kube-apiserver's default `--max-mutating-requests-inflight` (200), and
+/// a third of the node workers' writes.
 pub const MAX_IN_FLIGHT: usize = 32;
 
 /// At most one warning per this interval about dropped or failed Events.

@@ -365,11 +365,11 @@ async fn drive<K, S>(
 
 /// Nodes per page when the shared Node informer lists (kube's default is 500).
 ///
-/// A page is decoded whole, images and all (about 15 KB per kubelet-written Node before
-/// [`strip_node`]), while the cache fills; the allocator keeps much of that transient memory.
-/// With 5,000 Nodes, pages of 500 left fake-ccm at 106 MB resident, pages of 50 at 65 MB and
-/// pages of 10 at 62 MB (`docs/performance.md`, steady). 50 costs one list request per 50 Nodes
-/// at start and after a relist, which the API server serves page by page.
+/// A page is decoded whole, images and all, before [`strip_node`], while the cache fills; the
+/// allocator keeps much of that transient memory, so smaller pages leave the process smaller
+/// (figures per page size: `docs/performance.md`, section "4. steady: memory"). 50 costs one
+/// list request per 50 Nodes at start and after a relist, which the API server serves page by
+/// page.
 pub(crate) const NODE_LIST_PAGE_SIZE: u32 = 50;
 
 /// The watcher configuration of the shared Node informer: consistent (`resourceVersion`
@@ -394,8 +394,8 @@ pub(crate) fn node_watcher_config() -> watcher::Config {
 /// `systemUUID`), `phase`.
 ///
 /// A cached Node is what the providers' load-balancer calls receive as hosts, and what every
-/// controller reads; 5,000 of them cost about 6 KB each this way against 7.3 KB with only the
-/// images removed (`docs/performance.md`, steady). A vendor whose provider or own controller
+/// controller reads; what that saves per Node is measured in `docs/performance.md`, section
+/// "4. steady: memory". A vendor whose provider or own controller
 /// needs more replaces this with [`Builder::strip_cached_node`](crate::Builder::strip_cached_node).
 pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
     use ccm_core::well_known::{CONDITION_NETWORK_UNAVAILABLE, CONDITION_READY};

@@ -127,11 +127,10 @@ impl Builder<NoArgs> {
 
 /// Worker threads of the runtime by default: at most this many, fewer on a smaller machine.
 ///
-/// A CCM waits on the network almost all the time (about 1 ms of CPU per Node initialised, in
-/// `docs/performance.md`), and every worker thread costs memory: glibc gives each thread that
-/// allocates an arena of its own and keeps what it freed. `steady` with 5,000 Nodes and 1,000
-/// Services measured 61.2 MB resident with 1 worker, 61–62 MB with 2, 66.1 MB with 4 and
-/// 71.4 MB with 8 (tokio's default is one per core).
+/// A CCM waits on the network almost all the time, and every worker thread costs memory: glibc
+/// gives each thread that allocates an arena of its own and keeps what it freed (tokio's
+/// default is one worker per core). The resident memory per worker count is measured in
+/// `docs/performance.md`, section "4. steady: memory".
 pub(crate) const MAX_DEFAULT_WORKER_THREADS: usize = 2;
 
 /// The worker threads [`Builder::run`] starts unless [`Builder::worker_threads`] says
