@@ -1,0 +1,161 @@
+//! Conformance checks of `LoadBalancer`.
+
+use super::*;
+
+pub(super) async fn ensure_idempotent(ctx: &mut Ctx<'_>) -> Step {
+    let (_, svc) = ctx.lb()?;
+    let hosts = ctx.nodes()?;
+    let first = ctx.ensure(hosts).await?;
+    if !has_ingress(&first) {
+        return Err(fail(
+            format!(
+                "ensure_load_balancer of {} to return a status with an ingress IP or hostname",
+                service_ref(svc)
+            ),
+            format!("{first:?}"),
+        ));
+    }
+    let second = ctx.ensure(hosts).await.map_err(|stop| match stop {
+        Stop::Failed { observed, .. } => fail(
+            format!(
+                "a second ensure_load_balancer of {} with the same input to succeed (idempotent)",
+                service_ref(svc)
+            ),
+            observed,
+        ),
+        other => other,
+    })?;
+    if second != first {
+        return Err(fail(
+            format!(
+                "a second ensure_load_balancer of {} with the same input to return the same status",
+                service_ref(svc)
+            ),
+            format!("first {first:?}, then {second:?}"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) async fn get_between(ctx: &mut Ctx<'_>) -> Step {
+    let (_, svc) = ctx.lb()?;
+    let hosts = ctx.nodes()?;
+    let svc = service_ref(svc);
+    if let Some(status) = ctx.get_lb().await? {
+        return Err(fail(
+            format!(
+                "get_load_balancer of {svc} to be None before ensure_load_balancer (the Service must have no load balancer when the suite starts)"
+            ),
+            format!("Some({status:?})"),
+        ));
+    }
+    ctx.ensure(hosts).await?;
+    if ctx.get_lb().await?.is_none() {
+        return Err(fail(
+            format!("get_load_balancer of {svc} to report it after ensure_load_balancer"),
+            "None",
+        ));
+    }
+    ctx.delete_lb().await?;
+    if let Some(status) = ctx.get_lb().await? {
+        return Err(fail(
+            format!("get_load_balancer of {svc} to be None after ensure_load_balancer_deleted"),
+            format!("Some({status:?})"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) async fn probe_hosts(ctx: &Ctx<'_>, svc: &Service) -> Option<Option<BTreeSet<String>>> {
+    let probe = ctx.input().lb_hosts_probe.as_ref()?;
+    Some(probe(svc.clone()).await.map(|h| h.into_iter().collect()))
+}
+
+pub(super) async fn update_changes_hosts(ctx: &mut Ctx<'_>) -> Step {
+    let (lb, svc) = ctx.lb()?;
+    let nodes = ctx.nodes()?;
+    let (first, rest) = nodes.split_at(1);
+    ctx.ensure(first).await?;
+    let cluster = ctx.cluster();
+    for hosts in [rest, first] {
+        let names: BTreeSet<String> = hosts.iter().map(|n| name_of(n)).collect();
+        match ctx
+            .call("update_load_balancer", || {
+                lb.update_load_balancer(cluster, svc, hosts)
+            })
+            .await
+        {
+            Ok(()) => {}
+            Err(CloudError::ImplementedElsewhere) => {
+                return Err(skip(
+                    "update_load_balancer answers ImplementedElsewhere for this Service",
+                ));
+            }
+            Err(e) => {
+                return Err(fail(
+                    format!(
+                        "update_load_balancer of {} to hosts {names:?} to succeed",
+                        service_ref(svc)
+                    ),
+                    describe(&e),
+                ));
+            }
+        }
+        if ctx.get_lb().await?.is_none() {
+            return Err(fail(
+                format!(
+                    "get_load_balancer of {} to still report it after update_load_balancer",
+                    service_ref(svc)
+                ),
+                "None",
+            ));
+        }
+        if let Some(observed) = probe_hosts(ctx, svc).await
+            && observed.as_ref() != Some(&names)
+        {
+            return Err(fail(
+                format!(
+                    "the load balancer of {} to have the hosts {names:?} after update_load_balancer",
+                    service_ref(svc)
+                ),
+                format!("the probe reports {observed:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn delete_idempotent(ctx: &mut Ctx<'_>) -> Step {
+    let hosts = ctx.nodes()?;
+    delete_checked(ctx, "when no load balancer exists").await?;
+    ctx.ensure(hosts).await?;
+    delete_checked(ctx, "of an existing load balancer").await?;
+    delete_checked(ctx, "a second time").await
+}
+
+pub(super) async fn delete_checked(ctx: &Ctx<'_>, when: &str) -> Step {
+    let (lb, svc) = ctx.lb()?;
+    let cluster = ctx.cluster();
+    match ctx
+        .call("ensure_load_balancer_deleted", || {
+            lb.ensure_load_balancer_deleted(cluster, svc)
+        })
+        .await
+    {
+        Ok(()) => Ok(()),
+        Err(CloudError::ImplementedElsewhere) => Err(fail(
+            format!(
+                "ensure_load_balancer_deleted of {} {when} never to answer ImplementedElsewhere",
+                service_ref(svc)
+            ),
+            "ImplementedElsewhere",
+        )),
+        Err(e) => Err(fail(
+            format!(
+                "ensure_load_balancer_deleted of {} {when} to succeed",
+                service_ref(svc)
+            ),
+            describe(&e),
+        )),
+    }
+}
