@@ -43,6 +43,7 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod options;
 pub mod route;

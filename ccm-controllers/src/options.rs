@@ -174,6 +174,9 @@ pub struct Options {
     /// Route controller's flags.
     #[command(flatten)]
     pub route: RouteControllerArgs,
+    /// Node-IPAM controller's flags.
+    #[command(flatten)]
+    pub node_ipam: NodeIpamArgs,
     /// Leader election.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -254,8 +257,8 @@ pub struct GenericArgs {
     /// a comma. Required by the route controller.
     #[arg(long, default_value = "", value_name = "CIDRS")]
     pub cluster_cidr: String,
-    /// Whether pod CIDRs are allocated by a cloud-side allocator. No built-in controller of this
-    /// framework allocates CIDRs; a vendor controller may read this flag.
+    /// Whether the node-IPAM controller (`node-ipam-controller`, alias `nodeipam`) gives every
+    /// Node its pod CIDRs out of `--cluster-cidr`.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allocate_node_cidrs: bool,
     /// Sleep between starting two controllers (Go applies jitter 1.0; here without jitter).
@@ -309,6 +312,30 @@ pub struct RouteControllerArgs {
     /// Period of the full route reconcile (a safety net; Node changes trigger reconciles too).
     #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub route_reconciliation_period: Duration,
+}
+
+/// Flags of the node-IPAM controller (Go's `NodeIPAMControllerOptions` and
+/// `--cidr-allocator-type`); they take effect with `--allocate-node-cidrs=true`.
+#[derive(Args, Clone, Debug)]
+pub struct NodeIpamArgs {
+    /// The allocator of pod CIDRs: `RangeAllocator` (built in), or one the provider registered
+    /// (e.g. `CloudAllocator`); any other name stops startup.
+    #[arg(long, default_value = "RangeAllocator", value_name = "TYPE")]
+    pub cidr_allocator_type: String,
+    /// Mask size of a Node's pod CIDR for a single-stack cluster; default 24 for IPv4 and 64
+    /// for IPv6 (0 = not set). Not allowed with dual stack.
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub node_cidr_mask_size: u8,
+    /// Mask size of a Node's IPv4 pod CIDR; default 24 (0 = not set).
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub node_cidr_mask_size_ipv4: u8,
+    /// Mask size of a Node's IPv6 pod CIDR; default 64 (0 = not set).
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub node_cidr_mask_size_ipv6: u8,
+    /// The Service CIDR (or an IPv4 and an IPv6 one, comma-separated): kept out of the pod CIDRs
+    /// given to Nodes.
+    #[arg(long, default_value = "", value_name = "CIDRS")]
+    pub service_cluster_ip_range: String,
 }
 
 /// Leader-election flags (Go's `--leader-elect*`).
@@ -400,9 +427,6 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: deprecated no-op in Go too.
     #[arg(long, value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_period: Option<Duration>,
-    /// Accepted with a warning: no built-in CIDR allocator.
-    #[arg(long, value_name = "TYPE")]
-    pub cidr_allocator_type: Option<String>,
     /// Accepted with a warning: volume plugins are not part of a CCM.
     #[arg(long, value_name = "NAME")]
     pub external_cloud_volume_plugin: Option<String>,
@@ -661,11 +685,6 @@ impl Options {
             "deprecated no-op (also in Go)",
         );
         note(
-            c.cidr_allocator_type.is_some(),
-            "cidr-allocator-type",
-            "there is no built-in CIDR allocator",
-        );
-        note(
             c.external_cloud_volume_plugin.is_some(),
             "external-cloud-volume-plugin",
             "volume plugins are not part of a cloud-controller-manager",
@@ -685,9 +704,6 @@ impl Options {
             "enable-leader-migration",
             "false is the only supported value (already the behaviour)",
         );
-        if self.generic.allocate_node_cidrs {
-            w.push("--allocate-node-cidrs=true: no built-in controller allocates pod CIDRs; something else (kube-controller-manager's nodeipam or a vendor controller) must set spec.podCIDRs".to_owned());
-        }
         if !self.leader_election.leader_elect {
             w.push("--leader-elect=false: run a single replica, two replicas would both run every controller".to_owned());
         }
@@ -721,6 +737,30 @@ impl Options {
                 cidrs.len()
             ))),
         }
+    }
+
+    /// `--service-cluster-ip-range` parsed: empty when unset, else one or two CIDRs.
+    pub fn service_cidrs(&self) -> Result<Vec<IpNet>, ClusterCidrError> {
+        let raw = self.node_ipam.service_cluster_ip_range.trim();
+        if raw.is_empty() {
+            return Ok(Vec::new());
+        }
+        let parts: Vec<&str> = raw.split(',').map(str::trim).collect();
+        if parts.len() > 2 {
+            return Err(ClusterCidrError(
+                "--service-cluster-ip-range can not contain more than two entries".to_owned(),
+            ));
+        }
+        parts
+            .into_iter()
+            .map(|p| {
+                p.parse::<IpNet>().map(|n| n.trunc()).map_err(|e| {
+                    ClusterCidrError(format!(
+                        "--service-cluster-ip-range: {p:?} is not a CIDR ({e}); expected e.g. 10.96.0.0/12"
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// `--cluster-name`.

@@ -182,6 +182,7 @@ type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// ```
 pub struct Builder<V = NoArgs> {
     controllers: Vec<ControllerEntry>,
+    cidr_allocators: crate::node_ipam::CidrAllocators,
     defaults: Vec<(String, String)>,
     args: Option<Vec<OsString>>,
     shutdown_signal: Option<Signal>,
@@ -213,6 +214,7 @@ impl Builder<NoArgs> {
     pub fn new() -> Self {
         Builder {
             controllers: crate::builtin::builtin_controllers(),
+            cidr_allocators: Default::default(),
             defaults: Vec::new(),
             args: None,
             shutdown_signal: None,
@@ -274,6 +276,7 @@ where
     {
         Builder {
             controllers: self.controllers,
+            cidr_allocators: self.cidr_allocators,
             defaults: self.defaults,
             args: self.args,
             shutdown_signal: self.shutdown_signal,
@@ -310,6 +313,22 @@ where
     pub fn controller_entry(mut self, entry: ControllerEntry) -> Self {
         self.controllers.retain(|e| e.name != entry.name);
         self.controllers.push(entry);
+        self
+    }
+
+    /// Registers a pod-CIDR allocator under a `--cidr-allocator-type` name (e.g.
+    /// `"CloudAllocator"`), run by the node-IPAM controller with `--allocate-node-cidrs=true`.
+    /// `"RangeAllocator"` replaces the built-in one.
+    pub fn cidr_allocator(
+        mut self,
+        name: &str,
+        allocator: impl crate::node_ipam::CidrAllocator,
+    ) -> Self {
+        self.cidr_allocators.insert(name, Arc::new(allocator));
+        let entry = crate::builtin::node_ipam_controller(self.cidr_allocators.clone());
+        if let Some(e) = self.controllers.iter_mut().find(|e| e.name == entry.name) {
+            *e = entry;
+        }
         self
     }
 
@@ -517,7 +536,7 @@ where
             .collect();
         let selection = ControllerSelection::parse(&options.generic.controllers, &known)
             .map_err(|e| fail(format_args!("{e}")))?;
-        let enabled: Vec<ControllerEntry> = self
+        let mut enabled: Vec<ControllerEntry> = self
             .controllers
             .iter()
             .filter(|e| selection.is_enabled(&e.name))
@@ -572,6 +591,8 @@ where
             }
         }
         check_routes(&options, &enabled, provider.as_ref())?;
+        crate::builtin::check_node_ipam(&options, &mut enabled, &self.cidr_allocators)
+            .map_err(|e| fail(format_args!("{e}")))?;
 
         // 5. Metrics, budget.
         let metrics = MetricsRegistry::new();

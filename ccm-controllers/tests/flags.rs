@@ -38,6 +38,12 @@ fn defaults_match_go_or_are_documented() {
     assert_eq!(o.generic.cluster_name, "kubernetes");
     assert_eq!(o.generic.cluster_cidr, "");
     assert!(!o.generic.allocate_node_cidrs);
+    assert_eq!(o.node_ipam.cidr_allocator_type, "RangeAllocator");
+    assert_eq!(
+        o.node_ipam.node_cidr_mask_size, 0,
+        "unset: /24 or /64 by family"
+    );
+    assert_eq!(o.node_ipam.service_cluster_ip_range, "");
     assert_eq!(o.generic.controller_start_interval, Duration::ZERO);
     // Deliberately above Go's 1 (see the options module docs).
     assert_eq!(o.node.concurrent_node_syncs, 100);
@@ -259,11 +265,27 @@ fn every_flag_in_go_syntax() {
                 .iter()
                 .any(|w| w.starts_with("--node-sync-period has no effect"))
         }),
-        (&["--cidr-allocator-type=RangeAllocator"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--cidr-allocator-type has no effect"))
+        // Node IPAM (Go's NodeIPAMControllerOptions).
+        (&["--cidr-allocator-type=CloudAllocator"], |o| {
+            o.node_ipam.cidr_allocator_type == "CloudAllocator" && o.warnings().is_empty()
         }),
+        (&["--node-cidr-mask-size=26"], |o| {
+            o.node_ipam.node_cidr_mask_size == 26
+        }),
+        (
+            &[
+                "--node-cidr-mask-size-ipv4=25",
+                "--node-cidr-mask-size-ipv6=80",
+            ],
+            |o| {
+                o.node_ipam.node_cidr_mask_size_ipv4 == 25
+                    && o.node_ipam.node_cidr_mask_size_ipv6 == 80
+            },
+        ),
+        (
+            &["--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"],
+            |o| o.service_cidrs().unwrap().len() == 2,
+        ),
         (&["--external-cloud-volume-plugin=acme"], |o| {
             o.warnings()
                 .iter()
@@ -287,10 +309,9 @@ fn every_flag_in_go_syntax() {
                 .iter()
                 .any(|w| w.starts_with("--enable-leader-migration has no effect"))
         }),
+        // Allocating node CIDRs is a controller now, not a warning.
         (&["--allocate-node-cidrs=true"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--allocate-node-cidrs=true: no built-in controller"))
+            o.generic.allocate_node_cidrs && o.warnings().is_empty()
         }),
         (&["--leader-elect=false"], |o| {
             o.warnings()
@@ -394,6 +415,11 @@ fn syntax_errors_name_the_flag() {
         (&["--secure-port=70000"], "--secure-port"),
         (&["--bind-address=localhost:1"], "--bind-address"),
         (&["--log-format=yaml"], "--log-format"),
+        (&["--node-cidr-mask-size=129"], "--node-cidr-mask-size"),
+        (
+            &["--node-cidr-mask-size-ipv4=33"],
+            "--node-cidr-mask-size-ipv4",
+        ),
         (&["--v=high"], "--v"),
         (&["--no-such-flag"], "unexpected argument '--no-such-flag'"),
         (&["positional"], "unexpected argument 'positional'"),

@@ -338,6 +338,42 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
             route_entry(),
             "the route controller (--configure-cloud-routes=true) needs a valid --cluster-cidr; to run without cloud routes pass --configure-cloud-routes=false",
         ),
+        // Node IPAM: checked before anything starts, with Go's messages.
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs=true",
+                "--cluster-cidr=10.0.0.0/16",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new(),
+            "--cidr-allocator-type=\"CloudAllocator\" is not available: this binary has RangeAllocator; a cloud provider must register an allocator of that name",
+        ),
+        (
+            vec!["--cloud-provider=runtime-test", "--allocate-node-cidrs"],
+            Builder::new(),
+            "node-ipam-controller: Must specify --cluster-cidr if --allocate-node-cidrs is set",
+        ),
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs",
+                "--cluster-cidr=10.0.0.0/16",
+                "--node-cidr-mask-size=8",
+            ],
+            Builder::new(),
+            "must be less than or equal to the node CIDR mask size",
+        ),
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs",
+                "--cluster-cidr=10.0.0.0/16,fd00::/48",
+                "--node-cidr-mask-size=24",
+            ],
+            Builder::new(),
+            "usage of --node-cidr-mask-size is not allowed with dual-stack clusters",
+        ),
         (
             vec![
                 "--cloud-provider=runtime-test",
