@@ -413,10 +413,7 @@ where
         {
             Ok(rt) => rt,
             Err(e) => {
-                init_logging(&LoggingArgs {
-                    verbosity: 0,
-                    log_format: LogFormat::Text,
-                });
+                init_logging(&LoggingArgs::default());
                 tracing::error!("cannot start the tokio runtime: {e}");
                 return std::process::ExitCode::FAILURE;
             }
@@ -466,10 +463,7 @@ where
         let mut cmd = match self.command() {
             Ok(cmd) => cmd,
             Err(e) => {
-                init_logging(&LoggingArgs {
-                    verbosity: 0,
-                    log_format: LogFormat::Text,
-                });
+                init_logging(&LoggingArgs::default());
                 tracing::error!("{e}");
                 return Err(Exit(1));
             }
@@ -1056,18 +1050,31 @@ async fn os_signal() {
 }
 
 /// Installs the global tracing subscriber (once per process; later calls keep the first).
-/// `RUST_LOG` wins over `-v`.
+/// `RUST_LOG` wins over `-v` and `--vmodule`; `--logging-format` picks text or JSON; with
+/// `--log-{text,json}-split-stream`, errors go to stderr and the rest to stdout (Go's split).
 fn init_logging(args: &LoggingArgs) {
     use tracing_subscriber::EnvFilter;
-    let level = match args.verbosity {
-        0..=2 => "info",
-        3..=4 => "debug",
-        _ => "trace",
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let (directives, _) = args.vmodule_directives();
+        let spec = std::iter::once(args.level().to_owned())
+            .chain(directives)
+            .collect::<Vec<_>>()
+            .join(",");
+        EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(args.level()))
+    });
+    let writer = if args.split_stream() {
+        BoxMakeWriter::new(
+            std::io::stderr
+                .with_max_level(tracing::Level::ERROR)
+                .or_else(std::io::stdout),
+        )
+    } else {
+        BoxMakeWriter::new(std::io::stderr)
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -231,6 +231,98 @@ fn every_flag_in_go_syntax() {
         (&["--log-format=text"], |o| {
             o.logging.log_format == LogFormat::Text
         }),
+        // Go's component-base logging flags.
+        (&["--logging-format=json"], |o| {
+            o.logging.log_format == LogFormat::Json
+        }),
+        (
+            &["--vmodule=ccm_controllers::node_ipam=4,kube_runtime*=5"],
+            |o| {
+                o.logging.vmodule_directives()
+                    == (
+                        vec![
+                            "ccm_controllers::node_ipam=debug".to_owned(),
+                            "kube_runtime=trace".to_owned(),
+                        ],
+                        vec![],
+                    )
+                    && o.warnings().is_empty()
+            },
+        ),
+        (&["--vmodule=*/leaderelection.go=4"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--vmodule=*/leaderelection.go=4 has no effect"))
+        }),
+        (&["--log-flush-frequency=5s"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--log-flush-frequency has no effect"))
+        }),
+        (
+            &[
+                "--logging-format=json",
+                "--log-json-split-stream",
+                "--log-json-info-buffer-size=1Ki",
+                "--feature-gates=LoggingAlphaOptions=true",
+            ],
+            |o| {
+                o.logging.split_stream()
+                    && o.warnings()
+                        .iter()
+                        .any(|w| w.starts_with("--log-json-info-buffer-size has no effect"))
+            },
+        ),
+        (
+            &[
+                "--log-text-split-stream=true",
+                "--feature-gates=LoggingAlphaOptions=true",
+            ],
+            |o| o.logging.split_stream(),
+        ),
+        (&["--log-text-split-stream=true"], |o| {
+            o.logging.log_format == LogFormat::Text && o.logging.log_text_split_stream
+        }),
+        // Go serving, webhook and metrics flags without an implementation: warned about.
+        (&["--tls-sni-cert-key=/c.pem,/k.pem:example.com"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--tls-sni-cert-key has no effect"))
+        }),
+        (
+            &[
+                "--requestheader-client-ca-file=/front-proxy-ca.crt",
+                "--requestheader-allowed-names=front-proxy-client",
+            ],
+            |o| {
+                o.warnings()
+                    .iter()
+                    .any(|w| w.starts_with("--requestheader-* has no effect"))
+            },
+        ),
+        (
+            &["--webhook-bind-address=0.0.0.0", "--webhook-cert-dir=/tmp"],
+            |o| {
+                o.warnings()
+                    .iter()
+                    .any(|w| w.starts_with("--webhook-* serving flags have no effect"))
+            },
+        ),
+        (
+            &[
+                "--permit-port-sharing",
+                "--http2-max-streams-per-connection=1000",
+            ],
+            |o| o.warnings().len() == 2,
+        ),
+        (
+            &[
+                "--show-hidden-metrics-for-version=1.32",
+                "--disabled-metrics=a,b",
+                "--allow-metric-labels=m,l='v'",
+            ],
+            |o| o.warnings().len() == 3,
+        ),
         // Go flags accepted with a warning.
         (
             &["--kube-api-content-type=application/vnd.kubernetes.protobuf"],
@@ -414,7 +506,10 @@ fn syntax_errors_name_the_flag() {
         (&["--cloud-api-burst=-3"], "--cloud-api-burst"),
         (&["--secure-port=70000"], "--secure-port"),
         (&["--bind-address=localhost:1"], "--bind-address"),
-        (&["--log-format=yaml"], "--log-format"),
+        (&["--log-format=yaml"], "--logging-format"),
+        (&["--logging-format=yaml"], "--logging-format"),
+        (&["--log-flush-frequency=5"], "missing unit"),
+        (&["--log-json-info-buffer-size=lots"], "is not a quantity"),
         (&["--node-cidr-mask-size=129"], "--node-cidr-mask-size"),
         (
             &["--node-cidr-mask-size-ipv4=33"],
@@ -551,6 +646,60 @@ fn invalid_values_fail_validation_with_the_flag_named() {
         (
             &["--webhooks=*"],
             "invalid value for --webhooks: admission webhooks are not implemented",
+        ),
+        // Go's logging validation.
+        (
+            &["--logging-format=json", "--vmodule=ccm_controllers=4"],
+            "invalid value for --vmodule: only supported for the text log format",
+        ),
+        (
+            &["--log-json-split-stream"],
+            "invalid value for --log-json-split-stream: Feature LoggingAlphaOptions is disabled",
+        ),
+        (
+            &["--log-text-info-buffer-size=4Ki"],
+            "invalid value for --log-text-info-buffer-size: Feature LoggingAlphaOptions is disabled",
+        ),
+        // Flags a current Go CCM no longer has.
+        (
+            &["--logtostderr"],
+            "invalid value for --logtostderr: this klog flag was removed",
+        ),
+        (
+            &["--logtostderr=false"],
+            "invalid value for --logtostderr: this klog flag was removed",
+        ),
+        (
+            &["--alsologtostderr=true"],
+            "--alsologtostderr: this klog flag was removed",
+        ),
+        (
+            &["--log-dir=/var/log"],
+            "--log-dir: this klog flag was removed",
+        ),
+        (
+            &["--log-file=/var/log/ccm.log"],
+            "--log-file: this klog flag was removed",
+        ),
+        (
+            &["--stderrthreshold=INFO"],
+            "--stderrthreshold: this klog flag was removed",
+        ),
+        (
+            &["--skip-headers"],
+            "--skip-headers: this klog flag was removed",
+        ),
+        (
+            &["--address=0.0.0.0"],
+            "invalid value for --address: insecure serving was removed",
+        ),
+        (
+            &["--port=0"],
+            "invalid value for --port: insecure serving was removed",
+        ),
+        (
+            &["--leader-elect-resource-lock=configmaps"],
+            "invalid value for --leader-elect-resource-lock: \"configmaps\" is not supported",
         ),
     ];
     for (args, want) in cases {

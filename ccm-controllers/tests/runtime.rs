@@ -469,6 +469,38 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
         ),
         // A provider without routes: the route controller is skipped with a warning.
         (vec![], route_entry()),
+        // Every controller name and alias of Kubernetes' own CCM template, as Go accepts them.
+        (
+            vec!["--controllers=cloud-node,cloud-node-lifecycle,service,route,nodeipam"],
+            Builder::new(),
+        ),
+        (
+            vec![
+                "--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller,node-route-controller,node-ipam-controller",
+            ],
+            Builder::new(),
+        ),
+        (vec!["--controllers=*,-nodeipam"], Builder::new()),
+        // nodeipam is only "not enabled" without --allocate-node-cidrs (Go's start function).
+        (
+            vec![
+                "--controllers=nodeipam",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new(),
+        ),
+        // With it, and a vendor allocator registered under the requested name.
+        (
+            vec![
+                "--allocate-node-cidrs",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new().cidr_allocator("CloudAllocator", VendorAllocator),
+        ),
+        (
+            vec!["--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16"],
+            Builder::new(),
+        ),
     ];
     for (extra, builder) in cases {
         let mut args = base.to_vec();
@@ -479,6 +511,22 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
         "--configure-cloud-routes is set, but the cloud provider does not support routes"
     ));
     assert!(logged("detected a cluster without a ClusterID"));
+}
+
+/// A vendor's `--cidr-allocator-type` (e.g. a cloud allocator).
+struct VendorAllocator;
+
+impl ccm_controllers::node_ipam::CidrAllocator for VendorAllocator {
+    fn run(
+        &self,
+        ctx: ControllerContext,
+        _: ccm_controllers::node_ipam::NodeIpamConfig,
+    ) -> ccm_controllers::node_ipam::AllocatorFuture {
+        Box::pin(async move {
+            ctx.shutdown.cancelled().await;
+            Ok(())
+        })
+    }
 }
 
 #[derive(clap::Args, Debug)]
