@@ -935,7 +935,7 @@ impl Options {
         }
         errors.extend(compat.removed.errors());
         let log = &self.logging;
-        if !log.vmodule.is_empty() && log.log_format != LogFormat::Text {
+        if log.vmodule.iter().any(|v| !v.trim().is_empty()) && log.log_format != LogFormat::Text {
             errors.push(flag_error(
                 "vmodule",
                 "only supported for the text log format (as in Go)",
