@@ -239,6 +239,15 @@ pub async fn run(
     run_range_allocator(ctx, config).await
 }
 
+fn same_pod_cidrs(a: &ccm_core::Node, b: &ccm_core::Node) -> bool {
+    let cidrs = |n: &ccm_core::Node| {
+        n.spec
+            .as_ref()
+            .map(|s| (s.pod_cidr.clone(), s.pod_cidrs.clone()))
+    };
+    cidrs(a) == cidrs(b)
+}
+
 /// Runs the built-in range allocator until `ctx.shutdown` fires.
 pub async fn run_range_allocator(
     ctx: ControllerContext,
@@ -290,7 +299,13 @@ pub async fn run_range_allocator(
                 };
                 match change {
                     None => break,
-                    Some(Change::Applied { new, .. }) => {
+                    Some(Change::Applied { old, new }) => {
+                        // An update that left the pod CIDRs as they were (kubelet's status
+                        // writes) changes nothing here; a Node waiting for a CIDR keeps its
+                        // retry backoff instead of being retried on every heartbeat.
+                        if old.is_some_and(|o| same_pod_cidrs(&o, &new)) {
+                            continue;
+                        }
                         // A Node with CIDRs is recorded at once (no allocation can come
                         // between); one without goes to the workers.
                         if !reconciler.occupy_existing(&new) {
