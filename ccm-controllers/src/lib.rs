@@ -3,7 +3,8 @@
 //! This crate runs a cloud provider written against `ccm-core`: it parses Go-compatible flags,
 //! builds the Kubernetes client, elects a leader, starts the shared informers and the four
 //! controllers of Go's `k8s.io/cloud-provider` (cloud-node, cloud-node-lifecycle, service and
-//! route), serves health and metrics, and shuts down gracefully.
+//! route) plus the node-IPAM controller of Kubernetes' own CCM ([`node_ipam`], with
+//! `--allocate-node-cidrs`), serves health and metrics, and shuts down gracefully.
 //!
 //! Data flows one way: watch → shared store ([`informer`]) → controller queue ([`workqueue`])
 //! → pure planning → cloud call (through the cloud-call budget) → API write → event/metric.
@@ -43,6 +44,7 @@ pub mod events;
 pub mod informer;
 pub mod leader;
 pub mod metrics;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod options;
 pub mod route;
