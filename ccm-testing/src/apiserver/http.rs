@@ -281,10 +281,12 @@ async fn serve(
     if info.namespaced != t.namespace.is_some() && !all_namespaces_read {
         return Err(not_served());
     }
-    if let Some(sub) = &t.subresource
-        && !(sub == "status" && info.status_subresource)
-    {
-        return Err(not_served());
+    if let Some(sub) = &t.subresource {
+        let served = (sub == "status" && info.status_subresource)
+            || (sub == "finalize" && info.storage == "namespaces" && method == Method::PUT);
+        if !served {
+            return Err(not_served());
+        }
     }
     let param = |k: &str| {
         query

@@ -163,6 +163,8 @@ pub(crate) struct Inner {
     close_tx: tokio::sync::watch::Sender<u64>,
     /// Tokens and non-resource rules of the TokenReview / SubjectAccessReview endpoints.
     reviews: reviews::Reviews,
+    /// Whether the built-in namespace controller finalizes terminating namespaces.
+    namespace_controller: std::sync::atomic::AtomicBool,
 }
 
 /// Locks a mutex, going on after a panic in another holder (test state stays inspectable).
@@ -228,6 +230,78 @@ impl Inner {
     }
 }
 
+/// The built-in namespace controller (see [`ApiServer::set_namespace_controller`]): reacts to
+/// changes of terminating namespaces and their content, and looks again every second (a
+/// lagged change stream misses nothing for long). Ends when the server's state is dropped.
+async fn run_namespace_controller(inner: std::sync::Weak<Inner>) {
+    use std::collections::BTreeSet;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+    /// Tracks terminating namespaces; returns the namespace a change makes due for a pass.
+    fn note(change: &state::Change, terminating: &mut BTreeSet<String>) -> Option<String> {
+        if change.storage == "namespaces" {
+            let name = change
+                .object
+                .pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let marked = change
+                .object
+                .pointer("/metadata/deletionTimestamp")
+                .is_some();
+            if change.kind == state::EventType::Deleted || !marked {
+                terminating.remove(&name);
+                return None;
+            }
+            terminating.insert(name.clone());
+            return Some(name);
+        }
+        terminating
+            .contains(&change.namespace)
+            .then(|| change.namespace.clone())
+    }
+
+    let Some(mut rx) = inner.upgrade().map(|i| i.state().tx.subscribe()) else {
+        return;
+    };
+    let mut terminating = BTreeSet::new();
+    loop {
+        let mut due = BTreeSet::new();
+        let mut rescan = false;
+        match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+            Ok(Ok(change)) => due.extend(note(&change, &mut terminating)),
+            Ok(Err(RecvError::Closed)) => return,
+            // Lagged, or a quiet second: look at every terminating namespace.
+            Ok(Err(RecvError::Lagged(_))) | Err(_) => rescan = true,
+        }
+        // Take what else is queued, so a burst of deletions makes one pass.
+        loop {
+            match rx.try_recv() {
+                Ok(change) => due.extend(note(&change, &mut terminating)),
+                Err(TryRecvError::Lagged(_)) => rescan = true,
+                Err(TryRecvError::Closed) => return,
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        if !inner
+            .namespace_controller
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            continue;
+        }
+        let mut state = inner.state();
+        if rescan {
+            terminating = state.namespaces_to_finalize().into_iter().collect();
+            due.extend(terminating.iter().cloned());
+        }
+        for ns in due {
+            state.finalize_namespace(&ns);
+        }
+    }
+}
+
 /// An in-process Kubernetes API server over loopback HTTP. See the [module docs](self).
 ///
 /// Dropping it stops the server and ends its watches.
@@ -236,6 +310,7 @@ pub struct ApiServer {
     addr: SocketAddr,
     client: kube::Client,
     task: tokio::task::JoinHandle<()>,
+    namespace_task: tokio::task::JoinHandle<()>,
 }
 
 /// Events kept for watch replay before older versions answer `410 Gone`.
@@ -265,7 +340,9 @@ impl ApiServer {
             open_watches: Mutex::new(std::collections::BTreeMap::new()),
             close_tx,
             reviews: reviews::Reviews::default(),
+            namespace_controller: std::sync::atomic::AtomicBool::new(true),
         });
+        let namespace_task = tokio::spawn(run_namespace_controller(Arc::downgrade(&inner)));
         let app = axum::Router::new()
             .fallback(http::handle)
             .with_state(inner.clone());
@@ -285,6 +362,7 @@ impl ApiServer {
             addr,
             client,
             task,
+            namespace_task,
         }
     }
 
@@ -386,6 +464,26 @@ impl ApiServer {
             .allow_non_resource(user_or_group, verb, path);
     }
 
+    /// Turns the built-in namespace controller on (the default) or off. On, it does what
+    /// kube-controller-manager's namespace controller does in a cluster: shortly after a
+    /// Namespace is deleted (it is then `Terminating`), it deletes the namespace's content,
+    /// waits for objects held by finalizers, then removes the `kubernetes` finalizer through
+    /// `PUT /api/v1/namespaces/<name>/finalize` (as `kube-controller-manager`), and the
+    /// Namespace goes. Off, a deleted Namespace stays `Terminating` with its content until a
+    /// client empties `spec.finalizers` through `/finalize`, as in a cluster without
+    /// kube-controller-manager.
+    pub fn set_namespace_controller(&self, enabled: bool) {
+        self.inner
+            .namespace_controller
+            .store(enabled, std::sync::atomic::Ordering::SeqCst);
+        if enabled {
+            let mut state = self.inner.state();
+            for ns in state.namespaces_to_finalize() {
+                state.finalize_namespace(&ns);
+            }
+        }
+    }
+
     /// The current (latest) resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.inner.state().current_rv()
@@ -409,5 +507,6 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.close_watches();
         self.task.abort();
+        self.namespace_task.abort();
     }
 }
