@@ -77,12 +77,16 @@ struct Snapshot {
     items: Arc<Vec<Value>>,
 }
 
-/// The kind of write being made (for request semantics that differ per verb).
+/// The type of a PATCH request, from its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PatchType {
+pub enum PatchType {
+    /// JSON merge patch (`application/merge-patch+json`).
     Merge,
+    /// JSON patch (`application/json-patch+json`).
     Json,
+    /// Strategic merge patch (`application/strategic-merge-patch+json`).
     Strategic,
+    /// Server-side apply (`application/apply-patch+yaml`).
     Apply,
 }
 
@@ -235,6 +239,14 @@ impl State {
             }
         }
         s
+    }
+
+    /// Every stored object of one storage (`"clusterroles"`, ...), in the stored form.
+    pub(crate) fn stored_objects(&self, storage: &str) -> impl Iterator<Item = &Value> {
+        self.stores
+            .get(storage)
+            .into_iter()
+            .flat_map(|s| s.values().map(|v| &v.obj))
     }
 
     pub(crate) fn current_rv(&self) -> u64 {
