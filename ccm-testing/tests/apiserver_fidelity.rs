@@ -340,3 +340,155 @@ async fn without_the_namespace_controller_a_namespace_stays_terminating_until_fi
         .await
     );
 }
+
+#[tokio::test]
+async fn load_balancer_ingress_gets_the_vip_ip_mode() {
+    let c = TestCluster::start().await;
+    let ns = c.namespace().await;
+    let svcs: Api<Service> = Api::namespaced(c.client(), &ns);
+    let name = c.unique_name("ipmode");
+    c.create(&load_balancer_service(&ns, &name).build()).await;
+    let written = svcs
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [
+                {"ip": "203.0.113.7"},
+                {"hostname": "lb.example.com"},
+                {"ip": "203.0.113.8", "ipMode": "Proxy"}
+            ]}}})),
+        )
+        .await
+        .unwrap();
+    let modes: Vec<Option<String>> = written
+        .status
+        .unwrap()
+        .load_balancer
+        .unwrap()
+        .ingress
+        .unwrap()
+        .into_iter()
+        .map(|i| i.ip_mode)
+        .collect();
+    assert_eq!(
+        modes,
+        vec![Some("VIP".to_string()), None, Some("Proxy".to_string())]
+    );
+    // An ipMode without an ip is rejected.
+    let e = api_err(
+        svcs.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [
+                {"hostname": "lb.example.com", "ipMode": "VIP"}
+            ]}}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.contains(
+            "status.loadBalancer.ingress[0].ipMode: Forbidden: may not be specified when `ip` is not set"
+        ),
+        "{}",
+        e.message
+    );
+    c.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_system_namespaces_may_not_be_deleted() {
+    let c = TestCluster::start().await;
+    let nss: Api<Namespace> = Api::all(c.client());
+    for name in ["default", "kube-system", "kube-public"] {
+        let e = api_err(
+            nss.delete(name, &DeleteParams::default().dry_run())
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"), "{name}");
+        assert!(
+            e.message.contains("this namespace may not be deleted"),
+            "{}",
+            e.message
+        );
+    }
+}
+
+fn node_event(ns: &str, name: &str, with_time: bool) -> serde_json::Value {
+    let mut e = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": ns},
+        "involvedObject": {"kind": "Node", "name": "some-node", "apiVersion": "v1"},
+        "reason": "Synced",
+        "message": "Node synced successfully",
+        "type": "Normal",
+        "source": {"component": "fidelity-test"},
+    });
+    if with_time {
+        e["eventTime"] = json!("2026-01-01T00:00:00.000000Z");
+        e["reportingComponent"] = json!("fidelity-test");
+        e["reportingInstance"] = json!("fidelity-test-1");
+        e["action"] = json!("Sync");
+    }
+    e
+}
+
+#[tokio::test]
+async fn events_about_cluster_scoped_objects_live_in_default() {
+    use k8s_openapi::api::core::v1::Event;
+    let c = TestCluster::start().await;
+    let ns = c.namespace().await;
+    let post = |ns: String, body: serde_json::Value| {
+        let events: Api<Event> = Api::namespaced(c.client(), &ns);
+        async move {
+            let event: Event = serde_json::from_value(body).unwrap();
+            events.create(&PostParams::default(), &event).await
+        }
+    };
+    // A Node's Event in another namespace: rejected, with or without eventTime.
+    for with_time in [false, true] {
+        let name = c.unique_name("ev");
+        let e = api_err(
+            post(ns.clone(), node_event(&ns, &name, with_time))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!(e.code, 422, "with eventTime: {with_time}");
+        assert!(
+            e.message.contains(
+                "involvedObject.namespace: Invalid value: \"\": does not match event.namespace"
+            ),
+            "{}",
+            e.message
+        );
+    }
+    // In default it is fine; with eventTime, kube-system is too.
+    let events: Api<Event> = Api::namespaced(c.client(), "default");
+    let ok = c.unique_name("ev-ok");
+    post("default".into(), node_event("default", &ok, false))
+        .await
+        .unwrap();
+    events.delete(&ok, &DeleteParams::default()).await.unwrap();
+    let ok = c.unique_name("ev-ok");
+    post("kube-system".into(), node_event("kube-system", &ok, true))
+        .await
+        .unwrap();
+    Api::<Event>::namespaced(c.client(), "kube-system")
+        .delete(&ok, &DeleteParams::default())
+        .await
+        .unwrap();
+    // An Event with eventTime needs its reporting fields.
+    let mut incomplete = node_event("default", &c.unique_name("ev"), true);
+    incomplete.as_object_mut().unwrap().remove("action");
+    let e = api_err(post("default".into(), incomplete).await.unwrap_err());
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.contains("action: Required value"),
+        "{}",
+        e.message
+    );
+    c.cleanup().await;
+}

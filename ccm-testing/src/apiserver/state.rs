@@ -954,6 +954,9 @@ impl State {
         if info.storage == "nodes" {
             validation::normalize_pod_cidrs(&mut new);
         }
+        if info.storage == "services" {
+            validation::default_ingress_ip_mode(&mut new);
+        }
         validation::prune_like_go(&mut new);
         if info.storage == "services" && subresource.is_none() {
             validation::keep_allocated_service_values(&mut new, &old);
@@ -1073,6 +1076,17 @@ impl State {
             return Err(ApiError::not_found(info, name));
         };
         let obj = stored.obj;
+        if info.storage == "namespaces" && validation::IMMORTAL_NAMESPACES.contains(&name) {
+            // NamespaceLifecycle admission.
+            return Err(ApiError {
+                details: Some(json!({"name": name, "kind": "namespaces"})),
+                ..ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("namespaces {name:?} is forbidden: this namespace may not be deleted"),
+                )
+            });
+        }
         if let Some(uid) = options
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
@@ -1436,6 +1450,10 @@ fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldE
             }
         }
         "leases" => errs.extend(validation::validate_lease(obj)),
+        "events" => errs.extend(validation::validate_event(
+            obj,
+            info.group == "events.k8s.io",
+        )),
         _ => {}
     }
     errs

@@ -660,7 +660,7 @@ pub(crate) fn validate_service_update(new: &Value, old: &Value) -> Vec<FieldErro
 
 /// Service status validation: load-balancer ingress entries need an IP or a hostname.
 pub(crate) fn validate_service_status(obj: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
+    let mut errs = ip_mode_errors(obj);
     if let Some(ing) = obj
         .pointer("/status/loadBalancer/ingress")
         .and_then(Value::as_array)
@@ -681,6 +681,111 @@ pub(crate) fn validate_service_status(obj: &Value) -> Vec<FieldError> {
                     "must be a DNS name",
                 ));
             }
+        }
+    }
+    errs
+}
+
+/// `SetDefaults_Service` (LoadBalancerIPMode, GA since 1.32): a LoadBalancer Service's
+/// ingress entry with an `ip` and no `ipMode` gets `ipMode: VIP`, on every write.
+pub(crate) fn default_ingress_ip_mode(obj: &mut Value) {
+    if str_at(obj, "/spec/type") != Some("LoadBalancer") {
+        return;
+    }
+    if let Some(ing) = obj
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    {
+        for e in ing.iter_mut().filter_map(Value::as_object_mut) {
+            let has_ip = e
+                .get("ip")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty());
+            if has_ip && e.get("ipMode").is_none_or(Value::is_null) {
+                e.insert("ipMode".into(), json!("VIP"));
+            }
+        }
+    }
+}
+
+/// `ipMode` of load-balancer ingress entries: `VIP` or `Proxy`, and only with an `ip`.
+fn ip_mode_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(ing) = obj
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+    else {
+        return errs;
+    };
+    for (i, e) in ing.iter().enumerate() {
+        let Some(mode) = str_at(e, "/ipMode") else {
+            continue;
+        };
+        let field = format!("status.loadBalancer.ingress[{i}].ipMode");
+        if str_at(e, "/ip").is_none_or(str::is_empty) {
+            errs.push(FieldError::forbidden(
+                field,
+                "may not be specified when `ip` is not set",
+            ));
+        } else if mode != "VIP" && mode != "Proxy" {
+            errs.push(FieldError::not_supported(field, mode, &["Proxy", "VIP"]));
+        }
+    }
+    errs
+}
+
+/// The namespaces kube-apiserver's NamespaceLifecycle admission never lets go.
+pub(crate) const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// `legacyValidateEvent`, which every Event write passes through (both APIs; stored core
+/// form): an Event about a cluster-scoped object (no `involvedObject.namespace`) lives in
+/// `default` (or `kube-system` when it has an `eventTime`), any other in its object's
+/// namespace; Events with an `eventTime` need `reportingComponent`, `reportingInstance`,
+/// `action` and `reason`.
+pub(crate) fn validate_event(obj: &Value, events_v1: bool) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let ns = str_at(obj, "/metadata/namespace").unwrap_or_default();
+    let involved_ns = str_at(obj, "/involvedObject/namespace").unwrap_or_default();
+    let mismatch = || {
+        FieldError::invalid(
+            "involvedObject.namespace",
+            involved_ns,
+            "does not match event.namespace",
+        )
+    };
+    let has_time = obj.get("eventTime").is_some_and(|v| !v.is_null());
+    if !has_time {
+        let ok = if involved_ns.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == involved_ns
+        };
+        if !ok {
+            errs.push(mismatch());
+        }
+        return errs;
+    }
+    if involved_ns.is_empty() && ns != "default" && ns != "kube-system" {
+        errs.push(mismatch());
+    }
+    // The events.k8s.io create validation reports these fields under their own names.
+    if events_v1 {
+        return errs;
+    }
+    for (field, limit) in [
+        ("reportingComponent", 0),
+        ("reportingInstance", 128),
+        ("action", 128),
+        ("reason", 128),
+    ] {
+        match str_at(obj, &format!("/{field}")) {
+            None | Some("") => errs.push(FieldError::required(field, "")),
+            Some(v) if limit > 0 && v.len() > limit => errs.push(FieldError::invalid(
+                field,
+                "",
+                &format!("can have at most {limit} characters"),
+            )),
+            Some(_) => {}
         }
     }
     errs
