@@ -1,9 +1,11 @@
 //! An in-process Kubernetes API server for tests.
 //!
 //! [`ApiServer::start`] binds `127.0.0.1:0` and serves, over real HTTP, the resources a
-//! cloud-controller-manager uses: Nodes (and `/status`), Services (and `/status`), Namespaces,
-//! core/v1 and events.k8s.io/v1 Events (one storage, as in kube-apiserver),
-//! coordination.k8s.io/v1 Leases, ConfigMaps and Secrets. A `kube::Client` from
+//! cloud-controller-manager uses: Nodes (and `/status`), Services (and `/status`), Namespaces
+//! (and `/status`, `/finalize`), core/v1 and events.k8s.io/v1 Events (one storage, as in
+//! kube-apiserver), coordination.k8s.io/v1 Leases, ConfigMaps, Secrets, ServiceAccounts (and
+//! the TokenRequest API, `/token`), and rbac.authorization.k8s.io/v1 Roles, ClusterRoles,
+//! RoleBindings and ClusterRoleBindings. A `kube::Client` from
 //! [`ApiServer::client`] talks to it unchanged: watchers, reflectors, `Controller`s,
 //! `kube-lease-manager` and the events `Recorder` all work against it.
 //!
@@ -39,12 +41,22 @@
 //!   PATCH on a missing object is `404`, except apply, which creates it.
 //! - **Status subresource**: writes to Nodes and Services ignore `status`; writes to their
 //!   `/status` ignore `spec` (metadata changes are kept, as kube-apiserver's node and service
-//!   status strategies do).
+//!   status strategies do). A Namespace's `spec.finalizers` change only through `/finalize`.
+//! - **Admission**: `TaintNodesByCondition` appends `node.kubernetes.io/not-ready:NoSchedule`
+//!   to every Node created (unless a taint with that key and effect is there); NamespaceLifecycle
+//!   refuses creates in a missing or terminating namespace and the deletion of `default`,
+//!   `kube-system` and `kube-public`.
+//! - **Namespaces**: DELETE marks a Namespace `Terminating`; a built-in namespace controller (on
+//!   by default, [`ApiServer::set_namespace_controller`]) then deletes its content, waits for
+//!   finalizers, and finalizes it, after which it goes.
 //! - **Validation** answered with `422 Invalid` and field causes: names, label keys and values,
 //!   annotation keys, finalizer names, `spec.providerID` set once and never changed, podCIDRs
 //!   set once, taint effects and duplicate taint key+effect pairs, Service ports, type,
-//!   `externalTrafficPolicy`, `loadBalancerClass` (immutable), clusterIP (immutable), Lease
-//!   durations. Services get their defaults (clusterIP, node ports, policies).
+//!   `externalTrafficPolicy`, `loadBalancerClass` (immutable), clusterIP (immutable),
+//!   `spec.loadBalancerSourceRanges` and the `service.beta.kubernetes.io/load-balancer-source-ranges`
+//!   annotation, load-balancer ingress `ipMode`, Lease durations, Event namespaces (an Event
+//!   about a cluster-scoped object lives in `default`). Services get their defaults (clusterIP,
+//!   node ports, policies, `ipMode: VIP` for ingress entries with an IP).
 //!   Node `spec.podCIDR`/`podCIDRs` are kept in step (valid CIDRs, one per family, set once);
 //!   Secrets get `type: Opaque` and have `stringData` folded into `data`; events.k8s.io/v1
 //!   Events need `eventTime`, `reportingController`, `reportingInstance`, `action` and `reason`.
@@ -54,9 +66,23 @@
 //! - **Discovery**: `/api`, `/api/v1`, `/apis`, `/apis/<group>/v1` and `/version`, so
 //!   `kube::Discovery` and dynamic clients work.
 //!
+//! - **Authentication**: a bearer token registered with [`ApiServer::add_token`] or issued by
+//!   the TokenRequest API (`POST .../serviceaccounts/<name>/token`; default 3600 s, at least
+//!   600 s, capped by [`ApiServer::set_max_token_expiration`]) authenticates as its user (a
+//!   ServiceAccount's as `system:serviceaccount:<ns>:<name>` in `system:serviceaccounts`,
+//!   `system:serviceaccounts:<ns>`, `system:authenticated`); an unknown or expired token, or
+//!   one whose ServiceAccount is gone, is `401`. A request without credentials is the cluster
+//!   administrator (`system:admin`, `system:masters`).
+//! - **Authorisation**: off by default; [`ApiServer::enable_rbac`] checks every request against
+//!   the stored RBAC objects (`403` with kube-apiserver's message when denied);
+//!   [`ApiServer::add_bootstrap_controller_roles`] adds the bootstrap policy's roles of the
+//!   node, service and route controllers.
+//!
 //! Test hooks: [`ApiServer::fail_next`] (with `Retry-After` for 429), [`ApiServer::set_latency`],
 //! [`ApiServer::close_watches`], [`ApiServer::compact`], [`ApiServer::set_bookmark_interval`],
-//! [`ApiServer::open_watches`] and the request log [`ApiServer::requests`].
+//! [`ApiServer::open_watches`], and the request log [`ApiServer::requests`] /
+//! [`ApiServer::requests_matching`] with each request's body, patch type, user agent and
+//! authenticated user.
 //!
 //! ```
 //! use ccm_testing::apiserver::ApiServer;
@@ -86,12 +112,12 @@
 //! non-resource rules registered with [`ApiServer::add_token`] and
 //! [`ApiServer::allow_non_resource`] (for components that delegate authn/authz).
 //!
-//! Known simplifications: no authentication/authorization of the requests themselves, no admission beyond namespace
-//! lifecycle, no garbage collector (`propagationPolicy` is accepted but owner references are not
-//! followed), server-side apply
-//! owns lists as a whole (no per-item ownership of keyed lists) and `managedFields` entries do
-//! not record the subresource, strategic merge patch ignores `$setElementOrder`, and the
-//! namespace controller's work happens synchronously inside the namespace DELETE.
+//! Known simplifications (docs/testing.md lists the differences from kube-apiserver in full):
+//! no admission beyond the plugins above, no controllers of kube-controller-manager but the
+//! namespace controller (the not-ready taint stays), no garbage collector (`propagationPolicy`
+//! is accepted but owner references are not followed), server-side apply owns lists as a whole
+//! (no per-item ownership of keyed lists) and `managedFields` entries do not record the
+//! subresource, and strategic merge patch ignores `$setElementOrder`.
 
 mod http;
 mod patch;
