@@ -3,9 +3,10 @@
 //! This crate runs a cloud provider written against `ccm-core`: it parses Go-compatible flags,
 //! builds the Kubernetes client, elects a leader, starts the shared informers and the four
 //! controllers of Go's `k8s.io/cloud-provider` (cloud-node, cloud-node-lifecycle, service and
-//! route), serves health and metrics, and shuts down gracefully.
+//! route) plus the node-IPAM controller of Kubernetes' own CCM ([`node_ipam`](controllers::node_ipam), with
+//! `--allocate-node-cidrs`), serves health and metrics, and shuts down gracefully.
 //!
-//! Data flows one way: watch → shared store ([`informer`](machinery::informer)) → controller queue ([`workqueue`](machinery::workqueue))
+//! Data flows one way: watch → shared store ([`Informer`]) → controller queue ([`WorkQueue`])
 //! → pure planning → cloud call (through the cloud-call budget) → API write → event/metric.
 //!
 //! ## Running

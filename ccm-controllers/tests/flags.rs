@@ -39,6 +39,12 @@ fn defaults_match_go_or_are_documented() {
     assert_eq!(o.generic.cluster_name, "kubernetes");
     assert_eq!(o.generic.cluster_cidr, "");
     assert!(!o.generic.allocate_node_cidrs);
+    assert_eq!(o.node_ipam.cidr_allocator_type, "RangeAllocator");
+    assert_eq!(
+        o.node_ipam.node_cidr_mask_size, 0,
+        "unset: /24 or /64 by family"
+    );
+    assert_eq!(o.node_ipam.service_cluster_ip_range, "");
     assert_eq!(o.generic.controller_start_interval, Duration::ZERO);
     // Deliberately above Go's 1 (see the options module docs).
     assert_eq!(o.node.concurrent_node_syncs, 100);
@@ -226,6 +232,98 @@ fn every_flag_in_go_syntax() {
         (&["--log-format=text"], |o| {
             o.logging.log_format == LogFormat::Text
         }),
+        // Go's component-base logging flags.
+        (&["--logging-format=json"], |o| {
+            o.logging.log_format == LogFormat::Json
+        }),
+        (
+            &["--vmodule=ccm_controllers::controllers::node_ipam=4,kube_runtime*=5"],
+            |o| {
+                o.logging.vmodule_directives()
+                    == (
+                        vec![
+                            "ccm_controllers::controllers::node_ipam=debug".to_owned(),
+                            "kube_runtime=trace".to_owned(),
+                        ],
+                        vec![],
+                    )
+                    && o.warnings().is_empty()
+            },
+        ),
+        (&["--vmodule=*/leaderelection.go=4"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--vmodule=*/leaderelection.go=4 has no effect"))
+        }),
+        (&["--log-flush-frequency=5s"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--log-flush-frequency has no effect"))
+        }),
+        (
+            &[
+                "--logging-format=json",
+                "--log-json-split-stream",
+                "--log-json-info-buffer-size=1Ki",
+                "--feature-gates=LoggingAlphaOptions=true",
+            ],
+            |o| {
+                o.logging.split_stream()
+                    && o.warnings()
+                        .iter()
+                        .any(|w| w.starts_with("--log-json-info-buffer-size has no effect"))
+            },
+        ),
+        (
+            &[
+                "--log-text-split-stream=true",
+                "--feature-gates=LoggingAlphaOptions=true",
+            ],
+            |o| o.logging.split_stream(),
+        ),
+        (&["--log-text-split-stream=true"], |o| {
+            o.logging.log_format == LogFormat::Text && o.logging.log_text_split_stream
+        }),
+        // Go serving, webhook and metrics flags without an implementation: warned about.
+        (&["--tls-sni-cert-key=/c.pem,/k.pem:example.com"], |o| {
+            o.warnings()
+                .iter()
+                .any(|w| w.starts_with("--tls-sni-cert-key has no effect"))
+        }),
+        (
+            &[
+                "--requestheader-client-ca-file=/front-proxy-ca.crt",
+                "--requestheader-allowed-names=front-proxy-client",
+            ],
+            |o| {
+                o.warnings()
+                    .iter()
+                    .any(|w| w.starts_with("--requestheader-* has no effect"))
+            },
+        ),
+        (
+            &["--webhook-bind-address=0.0.0.0", "--webhook-cert-dir=/tmp"],
+            |o| {
+                o.warnings()
+                    .iter()
+                    .any(|w| w.starts_with("--webhook-* serving flags have no effect"))
+            },
+        ),
+        (
+            &[
+                "--permit-port-sharing",
+                "--http2-max-streams-per-connection=1000",
+            ],
+            |o| o.warnings().len() == 2,
+        ),
+        (
+            &[
+                "--show-hidden-metrics-for-version=1.32",
+                "--disabled-metrics=a,b",
+                "--allow-metric-labels=m,l='v'",
+            ],
+            |o| o.warnings().len() == 3,
+        ),
         // Go flags accepted with a warning.
         (
             &["--kube-api-content-type=application/vnd.kubernetes.protobuf"],
@@ -260,11 +358,27 @@ fn every_flag_in_go_syntax() {
                 .iter()
                 .any(|w| w.starts_with("--node-sync-period has no effect"))
         }),
-        (&["--cidr-allocator-type=RangeAllocator"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--cidr-allocator-type has no effect"))
+        // Node IPAM (Go's NodeIPAMControllerOptions).
+        (&["--cidr-allocator-type=CloudAllocator"], |o| {
+            o.node_ipam.cidr_allocator_type == "CloudAllocator" && o.warnings().is_empty()
         }),
+        (&["--node-cidr-mask-size=26"], |o| {
+            o.node_ipam.node_cidr_mask_size == 26
+        }),
+        (
+            &[
+                "--node-cidr-mask-size-ipv4=25",
+                "--node-cidr-mask-size-ipv6=80",
+            ],
+            |o| {
+                o.node_ipam.node_cidr_mask_size_ipv4 == 25
+                    && o.node_ipam.node_cidr_mask_size_ipv6 == 80
+            },
+        ),
+        (
+            &["--service-cluster-ip-range=10.96.0.0/12,fd00:96::/108"],
+            |o| o.service_cidrs().unwrap().len() == 2,
+        ),
         (&["--external-cloud-volume-plugin=acme"], |o| {
             o.warnings()
                 .iter()
@@ -288,10 +402,9 @@ fn every_flag_in_go_syntax() {
                 .iter()
                 .any(|w| w.starts_with("--enable-leader-migration has no effect"))
         }),
+        // Allocating node CIDRs is a controller now, not a warning.
         (&["--allocate-node-cidrs=true"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--allocate-node-cidrs=true: no built-in controller"))
+            o.generic.allocate_node_cidrs && o.warnings().is_empty()
         }),
         (&["--leader-elect=false"], |o| {
             o.warnings()
@@ -394,7 +507,15 @@ fn syntax_errors_name_the_flag() {
         (&["--cloud-api-burst=-3"], "--cloud-api-burst"),
         (&["--secure-port=70000"], "--secure-port"),
         (&["--bind-address=localhost:1"], "--bind-address"),
-        (&["--log-format=yaml"], "--log-format"),
+        (&["--log-format=yaml"], "--logging-format"),
+        (&["--logging-format=yaml"], "--logging-format"),
+        (&["--log-flush-frequency=5"], "missing unit"),
+        (&["--log-json-info-buffer-size=lots"], "is not a quantity"),
+        (&["--node-cidr-mask-size=129"], "--node-cidr-mask-size"),
+        (
+            &["--node-cidr-mask-size-ipv4=33"],
+            "--node-cidr-mask-size-ipv4",
+        ),
         (&["--v=high"], "--v"),
         (&["--no-such-flag"], "unexpected argument '--no-such-flag'"),
         (&["positional"], "unexpected argument 'positional'"),
@@ -526,6 +647,60 @@ fn invalid_values_fail_validation_with_the_flag_named() {
         (
             &["--webhooks=*"],
             "invalid value for --webhooks: admission webhooks are not implemented",
+        ),
+        // Go's logging validation.
+        (
+            &["--logging-format=json", "--vmodule=ccm_controllers=4"],
+            "invalid value for --vmodule: only supported for the text log format",
+        ),
+        (
+            &["--log-json-split-stream"],
+            "invalid value for --log-json-split-stream: Feature LoggingAlphaOptions is disabled",
+        ),
+        (
+            &["--log-text-info-buffer-size=4Ki"],
+            "invalid value for --log-text-info-buffer-size: Feature LoggingAlphaOptions is disabled",
+        ),
+        // Flags a current Go CCM no longer has.
+        (
+            &["--logtostderr"],
+            "invalid value for --logtostderr: this klog flag was removed",
+        ),
+        (
+            &["--logtostderr=false"],
+            "invalid value for --logtostderr: this klog flag was removed",
+        ),
+        (
+            &["--alsologtostderr=true"],
+            "--alsologtostderr: this klog flag was removed",
+        ),
+        (
+            &["--log-dir=/var/log"],
+            "--log-dir: this klog flag was removed",
+        ),
+        (
+            &["--log-file=/var/log/ccm.log"],
+            "--log-file: this klog flag was removed",
+        ),
+        (
+            &["--stderrthreshold=INFO"],
+            "--stderrthreshold: this klog flag was removed",
+        ),
+        (
+            &["--skip-headers"],
+            "--skip-headers: this klog flag was removed",
+        ),
+        (
+            &["--address=0.0.0.0"],
+            "invalid value for --address: insecure serving was removed",
+        ),
+        (
+            &["--port=0"],
+            "invalid value for --port: insecure serving was removed",
+        ),
+        (
+            &["--leader-elect-resource-lock=configmaps"],
+            "invalid value for --leader-elect-resource-lock: \"configmaps\" is not supported",
         ),
     ];
     for (args, want) in cases {

@@ -338,6 +338,42 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
             route_entry(),
             "the route controller (--configure-cloud-routes=true) needs a valid --cluster-cidr; to run without cloud routes pass --configure-cloud-routes=false",
         ),
+        // Node IPAM: checked before anything starts, with Go's messages.
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs=true",
+                "--cluster-cidr=10.0.0.0/16",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new(),
+            "--cidr-allocator-type=\"CloudAllocator\" is not available: this binary has RangeAllocator; a cloud provider must register an allocator of that name",
+        ),
+        (
+            vec!["--cloud-provider=runtime-test", "--allocate-node-cidrs"],
+            Builder::new(),
+            "node-ipam-controller: Must specify --cluster-cidr if --allocate-node-cidrs is set",
+        ),
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs",
+                "--cluster-cidr=10.0.0.0/16",
+                "--node-cidr-mask-size=8",
+            ],
+            Builder::new(),
+            "must be less than or equal to the node CIDR mask size",
+        ),
+        (
+            vec![
+                "--cloud-provider=runtime-test",
+                "--allocate-node-cidrs",
+                "--cluster-cidr=10.0.0.0/16,fd00::/48",
+                "--node-cidr-mask-size=24",
+            ],
+            Builder::new(),
+            "usage of --node-cidr-mask-size is not allowed with dual-stack clusters",
+        ),
         (
             vec![
                 "--cloud-provider=runtime-test",
@@ -433,6 +469,38 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
         ),
         // A provider without routes: the route controller is skipped with a warning.
         (vec![], route_entry()),
+        // Every controller name and alias of Kubernetes' own CCM template, as Go accepts them.
+        (
+            vec!["--controllers=cloud-node,cloud-node-lifecycle,service,route,nodeipam"],
+            Builder::new(),
+        ),
+        (
+            vec![
+                "--controllers=cloud-node-controller,cloud-node-lifecycle-controller,service-lb-controller,node-route-controller,node-ipam-controller",
+            ],
+            Builder::new(),
+        ),
+        (vec!["--controllers=*,-nodeipam"], Builder::new()),
+        // nodeipam is only "not enabled" without --allocate-node-cidrs (Go's start function).
+        (
+            vec![
+                "--controllers=nodeipam",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new(),
+        ),
+        // With it, and a vendor allocator registered under the requested name.
+        (
+            vec![
+                "--allocate-node-cidrs",
+                "--cidr-allocator-type=CloudAllocator",
+            ],
+            Builder::new().cidr_allocator("CloudAllocator", VendorAllocator),
+        ),
+        (
+            vec!["--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16"],
+            Builder::new(),
+        ),
     ];
     for (extra, builder) in cases {
         let mut args = base.to_vec();
@@ -443,6 +511,22 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
         "--configure-cloud-routes is set, but the cloud provider does not support routes"
     ));
     assert!(logged("detected a cluster without a ClusterID"));
+}
+
+/// A vendor's `--cidr-allocator-type` (e.g. a cloud allocator).
+struct VendorAllocator;
+
+impl ccm_controllers::controllers::node_ipam::CidrAllocator for VendorAllocator {
+    fn run(
+        &self,
+        ctx: ControllerContext,
+        _: ccm_controllers::controllers::node_ipam::NodeIpamConfig,
+    ) -> ccm_controllers::controllers::node_ipam::AllocatorFuture {
+        Box::pin(async move {
+            ctx.shutdown.cancelled().await;
+            Ok(())
+        })
+    }
 }
 
 #[derive(clap::Args, Debug)]

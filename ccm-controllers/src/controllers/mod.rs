@@ -6,6 +6,7 @@
 
 pub mod cloud_node;
 pub(crate) mod node;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod route;
 pub mod service;

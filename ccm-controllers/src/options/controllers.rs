@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn unknown_names_are_rejected() {
-        for flag in ["nodeipam", "*,-bogus", "Service", "service,,route"] {
+        for flag in ["ipam", "*,-bogus", "Service", "service,,route"] {
             let err = enabled(flag).unwrap_err();
             assert!(err.starts_with("invalid value for --controllers"), "{err}");
         }

@@ -42,10 +42,11 @@ fn parse_path(input: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(input))
 }
 
-/// `--log-format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+/// `--logging-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines (the default).
+    #[default]
     Text,
     /// One JSON object per line (Go's `--logging-format=json`).
     Json,
@@ -73,6 +74,9 @@ pub struct Options {
     /// Route controller's flags.
     #[command(flatten)]
     pub route: RouteControllerArgs,
+    /// Node-IPAM controller's flags.
+    #[command(flatten)]
+    pub node_ipam: NodeIpamArgs,
     /// Leader election.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
@@ -153,8 +157,8 @@ pub struct GenericArgs {
     /// a comma. Required by the route controller.
     #[arg(long, default_value = "", value_name = "CIDRS")]
     pub cluster_cidr: String,
-    /// Whether pod CIDRs are allocated by a cloud-side allocator. No built-in controller of this
-    /// framework allocates CIDRs; a vendor controller may read this flag.
+    /// Whether the node-IPAM controller (`node-ipam-controller`, alias `nodeipam`) gives every
+    /// Node its pod CIDRs out of `--cluster-cidr`.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub allocate_node_cidrs: bool,
     /// Sleep between starting two controllers (Go applies jitter 1.0; here without jitter).
@@ -208,6 +212,30 @@ pub struct RouteControllerArgs {
     /// Period of the full route reconcile (a safety net; Node changes trigger reconciles too).
     #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub route_reconciliation_period: Duration,
+}
+
+/// Flags of the node-IPAM controller (Go's `NodeIPAMControllerOptions` and
+/// `--cidr-allocator-type`); they take effect with `--allocate-node-cidrs=true`.
+#[derive(Args, Clone, Debug)]
+pub struct NodeIpamArgs {
+    /// The allocator of pod CIDRs: `RangeAllocator` (built in), or one the provider registered
+    /// (e.g. `CloudAllocator`); any other name stops startup.
+    #[arg(long, default_value = "RangeAllocator", value_name = "TYPE")]
+    pub cidr_allocator_type: String,
+    /// Mask size of a Node's pod CIDR for a single-stack cluster; default 24 for IPv4 and 64
+    /// for IPv6 (0 = not set). Not allowed with dual stack.
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub node_cidr_mask_size: u8,
+    /// Mask size of a Node's IPv4 pod CIDR; default 24 (0 = not set).
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=32))]
+    pub node_cidr_mask_size_ipv4: u8,
+    /// Mask size of a Node's IPv6 pod CIDR; default 64 (0 = not set).
+    #[arg(long, default_value_t = 0, value_name = "BITS", value_parser = clap::value_parser!(u8).range(0..=128))]
+    pub node_cidr_mask_size_ipv6: u8,
+    /// The Service CIDR (or an IPv4 and an IPv6 one, comma-separated): kept out of the pod CIDRs
+    /// given to Nodes.
+    #[arg(long, default_value = "", value_name = "CIDRS")]
+    pub service_cluster_ip_range: String,
 }
 
 /// Leader-election flags (Go's `--leader-elect*`).
@@ -269,15 +297,119 @@ pub struct CloudBudgetArgs {
     pub cloud_api_timeout: Duration,
 }
 
-/// Logging flags.
-#[derive(Args, Clone, Debug)]
+/// Logging flags: Go's component-base logging flags (`k8s.io/component-base/logs/api/v1`),
+/// mapped onto `tracing`.
+#[derive(Args, Clone, Debug, Default)]
 pub struct LoggingArgs {
     /// Log verbosity as in klog: 0-2 info, 3-4 debug, 5+ trace. `RUST_LOG`, when set, wins.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    /// Log format: `text` or `json` (Go's `--logging-format`; `--log-format` is accepted too).
+    #[arg(long = "logging-format", visible_alias = "log-format", value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     pub log_format: LogFormat,
+    /// Per-module verbosity, `pattern=N` comma-separated (Go: per source file). Here a pattern
+    /// is a Rust module path (a `tracing` target, e.g. `ccm_controllers::controllers::node_ipam=4`); a
+    /// trailing `*` is dropped. Text format only, as in Go.
+    #[arg(long, value_delimiter = ',', value_name = "PATTERN=N")]
+    pub vmodule: Vec<String>,
+    /// Accepted for Go compatibility (default 5s); logs are written unbuffered, so there is
+    /// nothing to flush.
+    #[arg(long, value_parser = parse_go_duration, value_name = "DURATION")]
+    pub log_flush_frequency: Option<Duration>,
+    /// JSON format: errors to stderr, everything else to stdout (Go's alpha option; needs
+    /// `--feature-gates=LoggingAlphaOptions=true` as in Go).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub log_json_split_stream: bool,
+    /// JSON format with split streams: Go buffers info messages up to this size. Accepted (a
+    /// quantity such as `512`, `1K`, `2Ki`); logs here are never buffered.
+    #[arg(long, value_parser = parse_quantity, value_name = "QUANTITY")]
+    pub log_json_info_buffer_size: Option<String>,
+    /// Text format: errors to stderr, everything else to stdout (Go's alpha option; needs
+    /// `--feature-gates=LoggingAlphaOptions=true` as in Go).
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub log_text_split_stream: bool,
+    /// Text format with split streams: Go buffers info messages up to this size. Accepted;
+    /// logs here are never buffered.
+    #[arg(long, value_parser = parse_quantity, value_name = "QUANTITY")]
+    pub log_text_info_buffer_size: Option<String>,
+}
+
+/// A Kubernetes quantity as the logging buffer sizes take it (`512`, `1K`, `2Ki`, `3M`, `5Mi`).
+fn parse_quantity(input: &str) -> Result<String, String> {
+    let s = input.trim();
+    let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let suffix = &s[digits.len()..];
+    let number_ok = !digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n >= 0.0);
+    let suffix_ok = matches!(
+        suffix,
+        "" | "k" | "K" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei"
+    );
+    if number_ok && suffix_ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{input:?} is not a quantity; use bytes (512), multiples of 1000 (1K) or of 1024 (2Ki)"
+        ))
+    }
+}
+
+/// Whether a quantity accepted by `parse_quantity` is more than zero.
+fn quantity_is_nonzero(q: &str) -> bool {
+    q.trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse::<f64>()
+        .is_ok_and(|n| n > 0.0)
+}
+
+impl LoggingArgs {
+    /// `--vmodule` as `tracing` filter directives (`target=level`), and the patterns that have
+    /// no such form (reported as warnings).
+    pub fn vmodule_directives(&self) -> (Vec<String>, Vec<String>) {
+        let mut directives = Vec::new();
+        let mut unmapped = Vec::new();
+        for item in self
+            .vmodule
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+        {
+            let Some((pattern, level)) = item.split_once('=') else {
+                unmapped.push(item.to_owned());
+                continue;
+            };
+            let target = pattern.trim().trim_end_matches('*');
+            let valid = !target.is_empty()
+                && target.split("::").all(|p| {
+                    !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+            match (valid, level.trim().parse::<u8>()) {
+                (true, Ok(n)) => directives.push(format!("{target}={}", verbosity_level(n))),
+                _ => unmapped.push(item.to_owned()),
+            }
+        }
+        (directives, unmapped)
+    }
+
+    /// The `tracing` level of `-v`.
+    pub fn level(&self) -> &'static str {
+        verbosity_level(self.verbosity)
+    }
+
+    /// Whether errors go to stderr and the rest to stdout.
+    pub fn split_stream(&self) -> bool {
+        match self.log_format {
+            LogFormat::Text => self.log_text_split_stream,
+            LogFormat::Json => self.log_json_split_stream,
+        }
+    }
+}
+
+/// klog verbosity to a `tracing` level: 0-2 info, 3-4 debug, 5+ trace.
+fn verbosity_level(v: u8) -> &'static str {
+    match v {
+        0..=2 => "info",
+        3..=4 => "debug",
+        _ => "trace",
+    }
 }
 
 /// Go flags kept so that a Go CCM's manifest still starts, each either warned about (no effect
@@ -299,9 +431,6 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: deprecated no-op in Go too.
     #[arg(long, value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_period: Option<Duration>,
-    /// Accepted with a warning: no built-in CIDR allocator.
-    #[arg(long, value_name = "TYPE")]
-    pub cidr_allocator_type: Option<String>,
     /// Accepted with a warning: volume plugins are not part of a CCM.
     #[arg(long, value_name = "NAME")]
     pub external_cloud_volume_plugin: Option<String>,
@@ -324,6 +453,197 @@ pub struct GoCompatArgs {
     /// `--webhooks` names one). Go manifests commonly pass `--webhook-secure-port=0`.
     #[arg(long, value_name = "PORT")]
     pub webhook_secure_port: Option<u16>,
+    /// Go's other webhook serving flags (`--webhook-bind-address`, `--webhook-cert-dir`,
+    /// `--webhook-tls-*`): accepted with a warning, as no webhook server is started.
+    #[command(flatten)]
+    pub webhook_serving: WebhookServingCompatArgs,
+    /// Go serving flags without an implementation here: accepted with a warning.
+    #[command(flatten)]
+    pub serving: ServingCompatArgs,
+    /// Go's component-base metrics flags: accepted with a warning.
+    #[command(flatten)]
+    pub metrics: MetricsCompatArgs,
+    /// Flags Go removed: rejected with the reason.
+    #[command(flatten)]
+    pub removed: RemovedGoArgs,
+}
+
+/// Go's webhook serving flags; no webhook server is started here, so each is warned about.
+#[derive(Args, Clone, Debug)]
+pub struct WebhookServingCompatArgs {
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "IP")]
+    pub webhook_bind_address: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "DIR")]
+    pub webhook_cert_dir: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "PATH")]
+    pub webhook_tls_cert_file: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "PATH")]
+    pub webhook_tls_private_key_file: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "SUITES")]
+    pub webhook_tls_cipher_suites: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "VERSION")]
+    pub webhook_tls_min_version: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "CURVES")]
+    pub webhook_tls_curve_preferences: Option<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, value_name = "CERT,KEY[:NAMES]")]
+    pub webhook_tls_sni_cert_key: Vec<String>,
+    /// Accepted with a warning (no webhook server).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub webhook_disable_http2_serving: Option<bool>,
+}
+
+impl WebhookServingCompatArgs {
+    fn any_set(&self) -> bool {
+        self.webhook_bind_address.is_some()
+            || self.webhook_cert_dir.is_some()
+            || self.webhook_tls_cert_file.is_some()
+            || self.webhook_tls_private_key_file.is_some()
+            || self.webhook_tls_cipher_suites.is_some()
+            || self.webhook_tls_min_version.is_some()
+            || self.webhook_tls_curve_preferences.is_some()
+            || !self.webhook_tls_sni_cert_key.is_empty()
+            || self.webhook_disable_http2_serving.is_some()
+    }
+}
+
+/// Go serving flags (`SecureServingOptions`, `DelegatingAuthenticationOptions`) this framework
+/// does not implement; accepted with a warning each.
+#[derive(Args, Clone, Debug)]
+pub struct ServingCompatArgs {
+    /// Accepted with a warning: one certificate (`--tls-cert-file` or the generated one)
+    /// serves every name.
+    #[arg(long, value_name = "CERT,KEY[:NAMES]")]
+    pub tls_sni_cert_key: Vec<String>,
+    /// Accepted with a warning: rustls picks the key-exchange groups.
+    #[arg(long, value_name = "CURVES")]
+    pub tls_curve_preferences: Option<String>,
+    /// Accepted with a warning.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub permit_port_sharing: Option<bool>,
+    /// Accepted with a warning.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub permit_address_sharing: Option<bool>,
+    /// Accepted with a warning.
+    #[arg(long, value_name = "N")]
+    pub http2_max_streams_per_connection: Option<u32>,
+    /// Accepted with a warning: front-proxy (request header) authentication is not
+    /// implemented; such requests are not authenticated by their headers.
+    #[arg(long, value_name = "PATH")]
+    pub requestheader_client_ca_file: Option<String>,
+    /// Accepted with a warning (see `--requestheader-client-ca-file`).
+    #[arg(long, value_name = "NAMES")]
+    pub requestheader_allowed_names: Option<String>,
+    /// Accepted with a warning (see `--requestheader-client-ca-file`).
+    #[arg(long, value_name = "HEADERS")]
+    pub requestheader_username_headers: Option<String>,
+    /// Accepted with a warning (see `--requestheader-client-ca-file`).
+    #[arg(long, value_name = "HEADERS")]
+    pub requestheader_uid_headers: Option<String>,
+    /// Accepted with a warning (see `--requestheader-client-ca-file`).
+    #[arg(long, value_name = "HEADERS")]
+    pub requestheader_group_headers: Option<String>,
+    /// Accepted with a warning (see `--requestheader-client-ca-file`).
+    #[arg(long, value_name = "PREFIXES")]
+    pub requestheader_extra_headers_prefix: Option<String>,
+}
+
+/// Go's component-base metrics flags (`k8s.io/component-base/metrics` options).
+#[derive(Args, Clone, Debug)]
+pub struct MetricsCompatArgs {
+    /// Accepted with a warning: no metric here is hidden.
+    #[arg(long, value_name = "VERSION")]
+    pub show_hidden_metrics_for_version: Option<String>,
+    /// Accepted with a warning: every metric is served.
+    #[arg(long, value_name = "NAMES")]
+    pub disabled_metrics: Option<String>,
+    /// Accepted with a warning: label values are not filtered.
+    #[arg(long, value_name = "METRIC,LABEL=VALUES")]
+    pub allow_metric_labels: Vec<String>,
+    /// Accepted with a warning: label values are not filtered.
+    #[arg(long, value_name = "PATH")]
+    pub allow_metric_labels_manifest: Option<String>,
+}
+
+/// Flags a current Go cloud-controller-manager no longer has (it fails with "unknown flag"):
+/// rejected here too, with the reason and the replacement.
+#[derive(Args, Clone, Debug)]
+pub struct RemovedGoArgs {
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub logtostderr: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub alsologtostderr: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub add_dir_header: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub one_output: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub skip_headers: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    pub skip_log_headers: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, value_name = "DIR")]
+    pub log_dir: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, value_name = "PATH")]
+    pub log_file: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, value_name = "MB")]
+    pub log_file_max_size: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, value_name = "SEVERITY")]
+    pub stderrthreshold: Option<String>,
+    /// Removed klog flag.
+    #[arg(long, hide = true, value_name = "FILE:N")]
+    pub log_backtrace_at: Option<String>,
+    /// Removed insecure serving flag.
+    #[arg(long, hide = true, value_name = "IP")]
+    pub address: Option<String>,
+    /// Removed insecure serving flag.
+    #[arg(long, hide = true, value_name = "PORT")]
+    pub port: Option<String>,
+}
+
+impl RemovedGoArgs {
+    /// The removed flags that were passed, with the reason each is refused.
+    fn errors(&self) -> Vec<FlagError> {
+        const KLOG: &str = "this klog flag was removed from Kubernetes components in 1.26 and a current Go cloud-controller-manager rejects it too; logs always go to stderr (see --logging-format, --log-text-split-stream): remove it";
+        const INSECURE: &str = "insecure serving was removed from the Go cloud-controller-manager, which rejects this flag too; health and metrics are served over HTTPS on --bind-address/--secure-port: remove it";
+        let mut errors = Vec::new();
+        for (flag, set, why) in [
+            ("logtostderr", self.logtostderr.is_some(), KLOG),
+            ("alsologtostderr", self.alsologtostderr.is_some(), KLOG),
+            ("add-dir-header", self.add_dir_header.is_some(), KLOG),
+            ("one-output", self.one_output.is_some(), KLOG),
+            ("skip-headers", self.skip_headers.is_some(), KLOG),
+            ("skip-log-headers", self.skip_log_headers.is_some(), KLOG),
+            ("log-dir", self.log_dir.is_some(), KLOG),
+            ("log-file", self.log_file.is_some(), KLOG),
+            ("log-file-max-size", self.log_file_max_size.is_some(), KLOG),
+            ("stderrthreshold", self.stderrthreshold.is_some(), KLOG),
+            ("log-backtrace-at", self.log_backtrace_at.is_some(), KLOG),
+            ("address", self.address.is_some(), INSECURE),
+            ("port", self.port.is_some(), INSECURE),
+        ] {
+            if set {
+                errors.push(flag_error(flag, why));
+            }
+        }
+        errors
+    }
 }
 
 /// One invalid flag value.
@@ -512,6 +832,41 @@ impl Options {
                 "admission webhooks are not implemented",
             ));
         }
+        errors.extend(compat.removed.errors());
+        let log = &self.logging;
+        if log.vmodule.iter().any(|v| !v.trim().is_empty()) && log.log_format != LogFormat::Text {
+            errors.push(flag_error(
+                "vmodule",
+                "only supported for the text log format (as in Go)",
+            ));
+        }
+        let alpha = compat.feature_gates.as_deref().is_some_and(|g| {
+            g.split(',')
+                .any(|kv| kv.trim().eq_ignore_ascii_case("LoggingAlphaOptions=true"))
+        });
+        for (flag, set) in [
+            ("log-json-split-stream", log.log_json_split_stream),
+            ("log-text-split-stream", log.log_text_split_stream),
+            (
+                "log-json-info-buffer-size",
+                log.log_json_info_buffer_size
+                    .as_deref()
+                    .is_some_and(quantity_is_nonzero),
+            ),
+            (
+                "log-text-info-buffer-size",
+                log.log_text_info_buffer_size
+                    .as_deref()
+                    .is_some_and(quantity_is_nonzero),
+            ),
+        ] {
+            if set && !alpha {
+                errors.push(flag_error(
+                    flag,
+                    "Feature LoggingAlphaOptions is disabled (as in Go, pass --feature-gates=LoggingAlphaOptions=true)",
+                ));
+            }
+        }
         if errors.is_empty() {
             Ok(())
         } else {
@@ -560,11 +915,6 @@ impl Options {
             "deprecated no-op (also in Go)",
         );
         note(
-            c.cidr_allocator_type.is_some(),
-            "cidr-allocator-type",
-            "there is no built-in CIDR allocator",
-        );
-        note(
             c.external_cloud_volume_plugin.is_some(),
             "external-cloud-volume-plugin",
             "volume plugins are not part of a cloud-controller-manager",
@@ -584,9 +934,87 @@ impl Options {
             "enable-leader-migration",
             "false is the only supported value (already the behaviour)",
         );
-        if self.generic.allocate_node_cidrs {
-            w.push("--allocate-node-cidrs=true: no built-in controller allocates pod CIDRs; something else (kube-controller-manager's nodeipam or a vendor controller) must set spec.podCIDRs".to_owned());
+        let (_, unmapped) = self.logging.vmodule_directives();
+        for item in unmapped {
+            w.push(format!("--vmodule={item} has no effect: a pattern here is a Rust module path such as ccm_controllers::controllers::node_ipam=4 (Go's are source file names)"));
         }
+        if self.logging.log_flush_frequency.is_some() {
+            w.push("--log-flush-frequency has no effect: logs are written unbuffered".to_owned());
+        }
+        for (flag, set) in [
+            (
+                "log-json-info-buffer-size",
+                self.logging.log_json_info_buffer_size.is_some(),
+            ),
+            (
+                "log-text-info-buffer-size",
+                self.logging.log_text_info_buffer_size.is_some(),
+            ),
+        ] {
+            if set {
+                w.push(format!("--{flag} has no effect: logs are never buffered"));
+            }
+        }
+        if c.webhook_serving.any_set() {
+            w.push("--webhook-* serving flags have no effect: admission webhooks are not implemented, so no webhook server is started".to_owned());
+        }
+        let s = &c.serving;
+        let mut serving_note = |set: bool, flag: &str, why: &str| {
+            if set {
+                w.push(format!("--{flag} has no effect: {why}"));
+            }
+        };
+        serving_note(
+            !s.tls_sni_cert_key.is_empty(),
+            "tls-sni-cert-key",
+            "SNI certificates are not implemented; one certificate serves every name",
+        );
+        serving_note(
+            s.tls_curve_preferences.is_some(),
+            "tls-curve-preferences",
+            "rustls chooses the key-exchange groups",
+        );
+        serving_note(
+            s.permit_port_sharing.is_some(),
+            "permit-port-sharing",
+            "not implemented",
+        );
+        serving_note(
+            s.permit_address_sharing.is_some(),
+            "permit-address-sharing",
+            "not implemented",
+        );
+        serving_note(
+            s.http2_max_streams_per_connection.is_some(),
+            "http2-max-streams-per-connection",
+            "the HTTP/2 server's default applies",
+        );
+        serving_note(
+            s.requestheader_client_ca_file.is_some()
+                || s.requestheader_allowed_names.is_some()
+                || s.requestheader_username_headers.is_some()
+                || s.requestheader_uid_headers.is_some()
+                || s.requestheader_group_headers.is_some()
+                || s.requestheader_extra_headers_prefix.is_some(),
+            "requestheader-*",
+            "front-proxy (request header) authentication is not implemented; such requests are not authenticated by their headers",
+        );
+        let m = &c.metrics;
+        serving_note(
+            m.show_hidden_metrics_for_version.is_some(),
+            "show-hidden-metrics-for-version",
+            "no metric is hidden",
+        );
+        serving_note(
+            m.disabled_metrics.is_some(),
+            "disabled-metrics",
+            "every metric is served",
+        );
+        serving_note(
+            !m.allow_metric_labels.is_empty() || m.allow_metric_labels_manifest.is_some(),
+            "allow-metric-labels",
+            "label values are not filtered",
+        );
         if !self.leader_election.leader_elect {
             w.push("--leader-elect=false: run a single replica, two replicas would both run every controller".to_owned());
         }
@@ -620,6 +1048,30 @@ impl Options {
                 cidrs.len()
             ))),
         }
+    }
+
+    /// `--service-cluster-ip-range` parsed: empty when unset, else one or two CIDRs.
+    pub fn service_cidrs(&self) -> Result<Vec<IpNet>, ClusterCidrError> {
+        let raw = self.node_ipam.service_cluster_ip_range.trim();
+        if raw.is_empty() {
+            return Ok(Vec::new());
+        }
+        let parts: Vec<&str> = raw.split(',').map(str::trim).collect();
+        if parts.len() > 2 {
+            return Err(ClusterCidrError(
+                "--service-cluster-ip-range can not contain more than two entries".to_owned(),
+            ));
+        }
+        parts
+            .into_iter()
+            .map(|p| {
+                p.parse::<IpNet>().map(|n| n.trunc()).map_err(|e| {
+                    ClusterCidrError(format!(
+                        "--service-cluster-ip-range: {p:?} is not a CIDR ({e}); expected e.g. 10.96.0.0/12"
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// `--cluster-name`.

@@ -18,16 +18,91 @@
 //! .alias("cloud-node"),
 //! ```
 
+use crate::controllers::node_ipam::{self, CidrAllocators, NodeIpamConfig};
+use crate::machinery::error::ControllerError;
+use crate::options::Options;
 use crate::runtime::entry::ControllerEntry;
 
-/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`).
+/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`, plus the
+/// `nodeipam` controller Kubernetes' own CCM template registers).
 pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
         node_lifecycle_controller(),
         service_controller(),
         route_controller(),
+        node_ipam_controller(CidrAllocators::default()),
     ]
+}
+
+/// `node-ipam-controller` (`nodeipam`): pod CIDRs for Nodes, with `--allocate-node-cidrs`
+/// (the runtime drops it from the enabled controllers otherwise, as Go's start function
+/// reports "not enabled"). `allocators` are the vendor's `--cidr-allocator-type`s.
+pub(crate) fn node_ipam_controller(allocators: CidrAllocators) -> ControllerEntry {
+    ControllerEntry::new(node_ipam::NAME, move |ctx, args| {
+        let allocators = allocators.clone();
+        async move {
+            let config = node_ipam_config(&args.options)?;
+            node_ipam::run(ctx, config, &allocators).await
+        }
+    })
+    .alias(node_ipam::ALIAS)
+}
+
+/// The node-IPAM controller's configuration from the flags (Go's `startNodeIpamController`).
+pub(crate) fn node_ipam_config(o: &Options) -> Result<NodeIpamConfig, ControllerError> {
+    let err = |message: String| ControllerError::Config {
+        controller: node_ipam::NAME,
+        message,
+    };
+    let cluster_cidrs: Vec<_> = o
+        .cluster_cidrs()
+        .map_err(|e| err(e.0))?
+        .into_iter()
+        .map(|n| n.trunc())
+        .collect();
+    let a = &o.node_ipam;
+    let node_mask_sizes = node_ipam::node_mask_sizes(
+        &cluster_cidrs,
+        a.node_cidr_mask_size,
+        a.node_cidr_mask_size_ipv4,
+        a.node_cidr_mask_size_ipv6,
+    )
+    .map_err(err)?;
+    Ok(NodeIpamConfig {
+        cluster_cidrs,
+        node_mask_sizes,
+        service_cidrs: o.service_cidrs().map_err(|e| err(e.0))?,
+        allocator_type: a.cidr_allocator_type.clone(),
+        ..NodeIpamConfig::default()
+    })
+}
+
+/// Before anything starts: drops the node-IPAM controller from `enabled` without
+/// `--allocate-node-cidrs` (Go: "not enabled"), and otherwise checks its flags and
+/// `--cidr-allocator-type`, so a bad value stops startup instead of the controller later.
+pub(crate) fn check_node_ipam(
+    o: &Options,
+    enabled: &mut Vec<ControllerEntry>,
+    allocators: &CidrAllocators,
+) -> Result<(), ControllerError> {
+    if !enabled.iter().any(|e| e.name == node_ipam::NAME) {
+        return Ok(());
+    }
+    if !o.generic.allocate_node_cidrs {
+        tracing::debug!(
+            "not starting {}: --allocate-node-cidrs is false",
+            node_ipam::NAME
+        );
+        enabled.retain(|e| e.name != node_ipam::NAME);
+        return Ok(());
+    }
+    let config = node_ipam_config(o)?;
+    allocators.check(&config.allocator_type)?;
+    if config.allocator_type == node_ipam::RANGE_ALLOCATOR {
+        config.validate()?;
+    }
+    Ok(())
 }
 
 /// `cloud-node-controller` (`cloud-node`): initialises tainted Nodes and refreshes addresses.

@@ -81,6 +81,7 @@ type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// ```
 pub struct Builder<V = NoArgs> {
     controllers: Vec<ControllerEntry>,
+    cidr_allocators: crate::controllers::node_ipam::CidrAllocators,
     defaults: Vec<(String, String)>,
     args: Option<Vec<OsString>>,
     shutdown_signal: Option<Signal>,
@@ -112,6 +113,7 @@ impl Builder<NoArgs> {
     pub fn new() -> Self {
         Builder {
             controllers: crate::runtime::builtin::builtin_controllers(),
+            cidr_allocators: Default::default(),
             defaults: Vec::new(),
             args: None,
             shutdown_signal: None,
@@ -172,6 +174,7 @@ where
     {
         Builder {
             controllers: self.controllers,
+            cidr_allocators: self.cidr_allocators,
             defaults: self.defaults,
             args: self.args,
             shutdown_signal: self.shutdown_signal,
@@ -208,6 +211,22 @@ where
     pub fn controller_entry(mut self, entry: ControllerEntry) -> Self {
         self.controllers.retain(|e| e.name != entry.name);
         self.controllers.push(entry);
+        self
+    }
+
+    /// Registers a pod-CIDR allocator under a `--cidr-allocator-type` name (e.g.
+    /// `"CloudAllocator"`), run by the node-IPAM controller with `--allocate-node-cidrs=true`.
+    /// `"RangeAllocator"` replaces the built-in one.
+    pub fn cidr_allocator(
+        mut self,
+        name: &str,
+        allocator: impl crate::controllers::node_ipam::CidrAllocator,
+    ) -> Self {
+        self.cidr_allocators.insert(name, Arc::new(allocator));
+        let entry = crate::runtime::builtin::node_ipam_controller(self.cidr_allocators.clone());
+        if let Some(e) = self.controllers.iter_mut().find(|e| e.name == entry.name) {
+            *e = entry;
+        }
         self
     }
 
@@ -292,10 +311,7 @@ where
         {
             Ok(rt) => rt,
             Err(e) => {
-                init_logging(&LoggingArgs {
-                    verbosity: 0,
-                    log_format: LogFormat::Text,
-                });
+                init_logging(&LoggingArgs::default());
                 tracing::error!("cannot start the tokio runtime: {e}");
                 return std::process::ExitCode::FAILURE;
             }
@@ -345,10 +361,7 @@ where
         let mut cmd = match self.command() {
             Ok(cmd) => cmd,
             Err(e) => {
-                init_logging(&LoggingArgs {
-                    verbosity: 0,
-                    log_format: LogFormat::Text,
-                });
+                init_logging(&LoggingArgs::default());
                 tracing::error!("{e}");
                 return Err(Exit(1));
             }
@@ -415,7 +428,7 @@ where
             .collect();
         let selection = ControllerSelection::parse(&options.generic.controllers, &known)
             .map_err(|e| fail(format_args!("{e}")))?;
-        let enabled: Vec<ControllerEntry> = self
+        let mut enabled: Vec<ControllerEntry> = self
             .controllers
             .iter()
             .filter(|e| selection.is_enabled(&e.name))
@@ -470,6 +483,8 @@ where
             }
         }
         check_routes(&options, &enabled, provider.as_ref())?;
+        crate::runtime::builtin::check_node_ipam(&options, &mut enabled, &self.cidr_allocators)
+            .map_err(|e| fail(format_args!("{e}")))?;
 
         // 5. Metrics, budget.
         let metrics = MetricsRegistry::new();
@@ -937,18 +952,31 @@ async fn os_signal() {
 }
 
 /// Installs the global tracing subscriber (once per process; later calls keep the first).
-/// `RUST_LOG` wins over `-v`.
+/// `RUST_LOG` wins over `-v` and `--vmodule`; `--logging-format` picks text or JSON; with
+/// `--log-{text,json}-split-stream`, errors go to stderr and the rest to stdout (Go's split).
 fn init_logging(args: &LoggingArgs) {
     use tracing_subscriber::EnvFilter;
-    let level = match args.verbosity {
-        0..=2 => "info",
-        3..=4 => "debug",
-        _ => "trace",
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let (directives, _) = args.vmodule_directives();
+        let spec = std::iter::once(args.level().to_owned())
+            .chain(directives)
+            .collect::<Vec<_>>()
+            .join(",");
+        EnvFilter::try_new(&spec).unwrap_or_else(|_| EnvFilter::new(args.level()))
+    });
+    let writer = if args.split_stream() {
+        BoxMakeWriter::new(
+            std::io::stderr
+                .with_max_level(tracing::Level::ERROR)
+                .or_else(std::io::stdout),
+        )
+    } else {
+        BoxMakeWriter::new(std::io::stderr)
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

@@ -546,6 +546,7 @@ pub(crate) fn validate_service(obj: &Value) -> Vec<FieldError> {
             ));
         }
     }
+    errs.extend(source_range_errors(obj, ty));
     if let Some(class) = str_at(obj, "/spec/loadBalancerClass") {
         if ty != "LoadBalancer" {
             errs.push(FieldError::forbidden(
@@ -557,6 +558,83 @@ pub(crate) fn validate_service(obj: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// The annotation older clients use for `spec.loadBalancerSourceRanges`.
+pub(crate) const SOURCE_RANGES_ANNOTATION: &str =
+    "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+const CIDR_DETAIL: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
+
+/// `spec.loadBalancerSourceRanges`, or when that is empty the source-ranges annotation, as
+/// `ValidateService` checks them: only on LoadBalancer Services, every entry a CIDR (space
+/// padding tolerated, as kube-apiserver does for historical reasons). The field path keeps
+/// kube-apiserver's capitalised `spec.LoadBalancerSourceRanges`.
+fn source_range_errors(obj: &Value, ty: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let ranges: Vec<&str> = obj
+        .pointer("/spec/loadBalancerSourceRanges")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| v.as_str().unwrap_or_default()).collect())
+        .unwrap_or_default();
+    let not_lb = "may only be used when `type` is 'LoadBalancer'";
+    if !ranges.is_empty() {
+        let field = "spec.LoadBalancerSourceRanges";
+        if ty != "LoadBalancer" {
+            errs.push(FieldError::forbidden(field, not_lb));
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            let r = r.trim();
+            if r.parse::<ipnet::IpNet>().is_err() {
+                errs.push(FieldError::invalid(format!("{field}[{i}]"), r, CIDR_DETAIL));
+            }
+        }
+    } else if let Some(value) = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(SOURCE_RANGES_ANNOTATION))
+    {
+        let field = format!("metadata.annotations[{SOURCE_RANGES_ANNOTATION}]");
+        if ty != "LoadBalancer" {
+            errs.push(FieldError::forbidden(field.clone(), not_lb));
+        }
+        let value = value.as_str().unwrap_or_default().trim();
+        if !value.is_empty() {
+            for r in value.split(',').map(str::trim) {
+                if r.parse::<ipnet::IpNet>().is_err() {
+                    errs.push(FieldError::invalid(field.clone(), r, CIDR_DETAIL));
+                }
+            }
+        }
+    }
+    errs
+}
+
+/// The `node.kubernetes.io/not-ready:NoSchedule` taint kube-apiserver's
+/// `TaintNodesByCondition` admission plugin adds to every Node it creates, unless the Node
+/// already has a taint with that key and effect (any value). Only on create, and not on a
+/// subresource; updates are left alone (the node lifecycle controller of
+/// kube-controller-manager removes the taint once the Node is Ready).
+pub(crate) fn add_not_ready_taint(obj: &mut Value) {
+    const KEY: &str = "node.kubernetes.io/not-ready";
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    let spec = o.entry("spec").or_insert(json!({}));
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    let taints = spec.entry("taints").or_insert(json!([]));
+    if !taints.is_array() {
+        *taints = json!([]);
+    }
+    if let Some(list) = taints.as_array_mut() {
+        let present = list
+            .iter()
+            .any(|t| str_at(t, "/key") == Some(KEY) && str_at(t, "/effect") == Some("NoSchedule"));
+        if !present {
+            list.push(json!({"key": KEY, "effect": "NoSchedule"}));
+        }
+    }
 }
 
 /// Service update validation: clusterIP and loadBalancerClass are immutable.
@@ -582,7 +660,7 @@ pub(crate) fn validate_service_update(new: &Value, old: &Value) -> Vec<FieldErro
 
 /// Service status validation: load-balancer ingress entries need an IP or a hostname.
 pub(crate) fn validate_service_status(obj: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
+    let mut errs = ip_mode_errors(obj);
     if let Some(ing) = obj
         .pointer("/status/loadBalancer/ingress")
         .and_then(Value::as_array)
@@ -603,6 +681,111 @@ pub(crate) fn validate_service_status(obj: &Value) -> Vec<FieldError> {
                     "must be a DNS name",
                 ));
             }
+        }
+    }
+    errs
+}
+
+/// `SetDefaults_Service` (LoadBalancerIPMode, GA since 1.32): a LoadBalancer Service's
+/// ingress entry with an `ip` and no `ipMode` gets `ipMode: VIP`, on every write.
+pub(crate) fn default_ingress_ip_mode(obj: &mut Value) {
+    if str_at(obj, "/spec/type") != Some("LoadBalancer") {
+        return;
+    }
+    if let Some(ing) = obj
+        .pointer_mut("/status/loadBalancer/ingress")
+        .and_then(Value::as_array_mut)
+    {
+        for e in ing.iter_mut().filter_map(Value::as_object_mut) {
+            let has_ip = e
+                .get("ip")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty());
+            if has_ip && e.get("ipMode").is_none_or(Value::is_null) {
+                e.insert("ipMode".into(), json!("VIP"));
+            }
+        }
+    }
+}
+
+/// `ipMode` of load-balancer ingress entries: `VIP` or `Proxy`, and only with an `ip`.
+fn ip_mode_errors(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(ing) = obj
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+    else {
+        return errs;
+    };
+    for (i, e) in ing.iter().enumerate() {
+        let Some(mode) = str_at(e, "/ipMode") else {
+            continue;
+        };
+        let field = format!("status.loadBalancer.ingress[{i}].ipMode");
+        if str_at(e, "/ip").is_none_or(str::is_empty) {
+            errs.push(FieldError::forbidden(
+                field,
+                "may not be specified when `ip` is not set",
+            ));
+        } else if mode != "VIP" && mode != "Proxy" {
+            errs.push(FieldError::not_supported(field, mode, &["Proxy", "VIP"]));
+        }
+    }
+    errs
+}
+
+/// The namespaces kube-apiserver's NamespaceLifecycle admission never lets go.
+pub(crate) const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// `legacyValidateEvent`, which every Event write passes through (both APIs; stored core
+/// form): an Event about a cluster-scoped object (no `involvedObject.namespace`) lives in
+/// `default` (or `kube-system` when it has an `eventTime`), any other in its object's
+/// namespace; Events with an `eventTime` need `reportingComponent`, `reportingInstance`,
+/// `action` and `reason`.
+pub(crate) fn validate_event(obj: &Value, events_v1: bool) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let ns = str_at(obj, "/metadata/namespace").unwrap_or_default();
+    let involved_ns = str_at(obj, "/involvedObject/namespace").unwrap_or_default();
+    let mismatch = || {
+        FieldError::invalid(
+            "involvedObject.namespace",
+            involved_ns,
+            "does not match event.namespace",
+        )
+    };
+    let has_time = obj.get("eventTime").is_some_and(|v| !v.is_null());
+    if !has_time {
+        let ok = if involved_ns.is_empty() {
+            ns.is_empty() || ns == "default"
+        } else {
+            ns == involved_ns
+        };
+        if !ok {
+            errs.push(mismatch());
+        }
+        return errs;
+    }
+    if involved_ns.is_empty() && ns != "default" && ns != "kube-system" {
+        errs.push(mismatch());
+    }
+    // The events.k8s.io create validation reports these fields under their own names.
+    if events_v1 {
+        return errs;
+    }
+    for (field, limit) in [
+        ("reportingComponent", 0),
+        ("reportingInstance", 128),
+        ("action", 128),
+        ("reason", 128),
+    ] {
+        match str_at(obj, &format!("/{field}")) {
+            None | Some("") => errs.push(FieldError::required(field, "")),
+            Some(v) if limit > 0 && v.len() > limit => errs.push(FieldError::invalid(
+                field,
+                "",
+                &format!("can have at most {limit} characters"),
+            )),
+            Some(_) => {}
         }
     }
     errs

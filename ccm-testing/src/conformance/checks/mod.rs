@@ -1,5 +1,6 @@
 //! The checks of the conformance suite.
 
+mod batch;
 mod cancellation;
 mod concurrency;
 mod instances;
@@ -498,5 +499,10 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
         Check::RoutesDualStackSameNameHintBothKept => routes::routes_dual_stack(ctx).await,
         Check::CancellationLeavesConsistentState => cancellation::cancellation(ctx).await,
         Check::ConcurrentCallsAreSafe => concurrency::concurrency(ctx).await,
+        Check::BatchAgreesWithSingleCalls => batch::agrees_with_single_calls(ctx).await,
+        Check::BatchSameAnswerWhateverTheGrouping => {
+            batch::same_answer_whatever_the_grouping(ctx).await
+        }
+        Check::BatchMaxSizeHonoured => batch::max_size_honoured(ctx).await,
     }
 }

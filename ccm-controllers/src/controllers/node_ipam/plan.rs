@@ -1,0 +1,832 @@
+//! Pure pod-CIDR allocation: Go's `cidrset` (one bitmap of node-sized blocks per cluster CIDR)
+//! and the range allocator's bookkeeping of which Node holds which blocks. No I/O.
+//!
+//! Hand-written (no crate slices a CIDR into a bitmap of fixed-size blocks with Go's candidate
+//! order); `ipnet` does the address parsing and containment.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
+/// Go's `clusterSubnetMaxDiff`: an IPv6 node mask may be at most 16 bits longer than the
+/// cluster mask (the bitmap would be too large otherwise).
+pub(crate) const CLUSTER_SUBNET_MAX_DIFF: u8 = 16;
+
+/// Go's `ErrCIDRRangeNoCIDRsRemaining`.
+pub(crate) const NO_CIDRS_REMAINING: &str =
+    "CIDR allocation failed; there are no remaining CIDRs left to allocate in the accepted range";
+
+/// Why a pool could not be built (Go's validation messages).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PoolError {
+    /// A node mask shorter than its cluster CIDR's mask.
+    #[error(
+        "invalid --cluster-cidr {cluster}: the mask size of the cluster CIDR must be less than or equal to the node CIDR mask size configured for its family (/{node_mask})"
+    )]
+    MaskTooShort {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The node mask configured for its family.
+        node_mask: u8,
+    },
+    /// A node mask longer than the address.
+    #[error("node CIDR mask size /{node_mask} is not valid for {cluster}")]
+    MaskTooLong {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The node mask.
+        node_mask: u8,
+    },
+    /// Go's `ErrCIDRSetSubNetTooBig` (IPv6 only).
+    #[error(
+        "New CIDR set failed; the node CIDR size is too big: /{node_mask} is more than {CLUSTER_SUBNET_MAX_DIFF} bits longer than {cluster}"
+    )]
+    SubNetTooBig {
+        /// The cluster CIDR.
+        cluster: IpNet,
+        /// The node mask.
+        node_mask: u8,
+    },
+}
+
+/// A CIDR could not be marked as used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum OccupyError {
+    /// Not inside the cluster CIDR of its index (Go: "cidr %v is out the range of cluster cidr %v").
+    #[error("cidr {cidr} is out the range of cluster cidr {cluster}")]
+    OutOfRange {
+        /// The Node's CIDR.
+        cidr: IpNet,
+        /// The cluster CIDR of the same index.
+        cluster: IpNet,
+    },
+    /// More CIDRs than cluster CIDRs (Go: "has an allocated cidr ... at index ... that does not
+    /// exist in cluster cidrs configuration").
+    #[error(
+        "allocated cidr {cidr} at index {index} does not exist in the cluster cidrs configuration"
+    )]
+    NoClusterCidr {
+        /// The Node's CIDR.
+        cidr: IpNet,
+        /// Its index in `spec.podCIDRs`.
+        index: usize,
+    },
+}
+
+/// No block left in one cluster CIDR.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("failed to allocate cidr from cluster cidr {cluster} at idx:{index}: {NO_CIDRS_REMAINING}")]
+pub(crate) struct Exhausted {
+    /// The index of the exhausted cluster CIDR.
+    pub(crate) index: usize,
+    /// The exhausted cluster CIDR.
+    pub(crate) cluster: IpNet,
+}
+
+/// The blocks of one cluster CIDR (Go's `CidrSet`): block `i` is the `i`-th node-sized subnet.
+#[derive(Clone, Debug)]
+pub(crate) struct CidrSet {
+    cluster: IpNet,
+    node_mask: u8,
+    max: u64,
+    /// One bit per block; grown on demand, so a large range costs memory only up to the
+    /// highest block used.
+    used: Vec<u64>,
+    /// Holders of a block beyond the first (a reserved Service range, or two Nodes given the
+    /// same CIDR by someone else): releasing one holder keeps the block used.
+    extra: HashMap<u64, u32>,
+    allocated: u64,
+    next: u64,
+}
+
+/// What an allocation did, for the metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Allocation {
+    /// One CIDR per cluster CIDR, in the cluster CIDRs' order.
+    pub(crate) cidrs: Vec<IpNet>,
+    /// Per cluster CIDR: blocks tried before a free one (Go's `allocation_tries_per_request`).
+    pub(crate) tries: Vec<u64>,
+}
+
+fn family_bits(net: &IpNet) -> u8 {
+    match net {
+        IpNet::V4(_) => 32,
+        IpNet::V6(_) => 128,
+    }
+}
+
+fn addr_to_u128(addr: IpAddr) -> u128 {
+    match addr {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+impl CidrSet {
+    /// Go's `NewCIDRSet`: the blocks of size `/node_mask` in `cluster`.
+    pub(crate) fn new(cluster: IpNet, node_mask: u8) -> Result<Self, PoolError> {
+        let cluster = cluster.trunc();
+        let bits = family_bits(&cluster);
+        if node_mask > bits {
+            return Err(PoolError::MaskTooLong { cluster, node_mask });
+        }
+        if node_mask < cluster.prefix_len() {
+            return Err(PoolError::MaskTooShort { cluster, node_mask });
+        }
+        let diff = node_mask - cluster.prefix_len();
+        if bits == 128 && diff > CLUSTER_SUBNET_MAX_DIFF {
+            return Err(PoolError::SubNetTooBig { cluster, node_mask });
+        }
+        Ok(CidrSet {
+            cluster,
+            node_mask,
+            max: 1u64 << diff,
+            used: Vec::new(),
+            extra: HashMap::new(),
+            allocated: 0,
+            next: 0,
+        })
+    }
+
+    /// The cluster CIDR.
+    pub(crate) fn cluster(&self) -> IpNet {
+        self.cluster
+    }
+
+    /// How many blocks the range has (Go's `maxCIDRs`).
+    pub(crate) fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// How many blocks are in use (allocated, occupied or reserved).
+    pub(crate) fn allocated(&self) -> u64 {
+        self.allocated
+    }
+
+    /// The share of blocks in use, 0 to 1 (Go's `cidrset_usage_cidrs`).
+    pub(crate) fn usage(&self) -> f64 {
+        self.allocated as f64 / self.max as f64
+    }
+
+    fn is_set(&self, i: u64) -> bool {
+        self.used
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn set(&mut self, i: u64) {
+        let word = (i / 64) as usize;
+        if self.used.len() <= word {
+            self.used.resize(word + 1, 0);
+        }
+        self.used[word] |= 1 << (i % 64);
+    }
+
+    fn clear(&mut self, i: u64) {
+        if let Some(w) = self.used.get_mut((i / 64) as usize) {
+            *w &= !(1 << (i % 64));
+        }
+    }
+
+    /// The block with index `i`.
+    fn block(&self, i: u64) -> IpNet {
+        let shift = u32::from(family_bits(&self.cluster) - self.node_mask);
+        let base = addr_to_u128(self.cluster.network());
+        let addr = base + (u128::from(i) << shift);
+        match self.cluster {
+            // In range by construction: `i < max` keeps the address inside the cluster CIDR.
+            IpNet::V4(_) => IpNet::V4(
+                Ipv4Net::new(Ipv4Addr::from(addr as u32), self.node_mask)
+                    .unwrap_or_else(|_| Ipv4Net::default()),
+            ),
+            IpNet::V6(_) => IpNet::V6(
+                Ipv6Net::new(Ipv6Addr::from(addr), self.node_mask)
+                    .unwrap_or_else(|_| Ipv6Net::default()),
+            ),
+        }
+    }
+
+    /// The index of the block holding `addr` (which must be inside the cluster CIDR).
+    fn index_of(&self, addr: IpAddr) -> u64 {
+        let shift = u32::from(family_bits(&self.cluster) - self.node_mask);
+        let offset = addr_to_u128(addr) - addr_to_u128(self.cluster.network());
+        (offset >> shift) as u64
+    }
+
+    /// The blocks `cidr` covers (Go's `getBeginningAndEndIndices`): all of them when `cidr`
+    /// contains the cluster CIDR, else those from its first to its last address.
+    fn range_of(&self, cidr: &IpNet) -> Option<(u64, u64)> {
+        let cidr = cidr.trunc();
+        if family_bits(&cidr) != family_bits(&self.cluster) {
+            return None;
+        }
+        if cidr.contains(&self.cluster) {
+            return Some((0, self.max - 1));
+        }
+        if !self.cluster.contains(&cidr) {
+            return None;
+        }
+        Some((
+            self.index_of(cidr.network()),
+            self.index_of(cidr.broadcast()),
+        ))
+    }
+
+    /// Go's `AllocateNext`: the first free block from the candidate after the last one given
+    /// out, wrapping around. Returns the block and how many taken blocks were passed over.
+    pub(crate) fn allocate_next(&mut self) -> Option<(IpNet, u64)> {
+        if self.allocated >= self.max {
+            return None;
+        }
+        let mut candidate = self.next;
+        for tries in 0..self.max {
+            if !self.is_set(candidate) {
+                self.set(candidate);
+                self.allocated += 1;
+                self.next = (candidate + 1) % self.max;
+                return Some((self.block(candidate), tries));
+            }
+            candidate = (candidate + 1) % self.max;
+        }
+        None
+    }
+
+    /// Go's `Occupy`: marks every block `cidr` covers as used (a block already used gets one
+    /// more holder).
+    pub(crate) fn occupy(&mut self, cidr: &IpNet) -> Result<(), OccupyError> {
+        let (begin, end) = self.range_of(cidr).ok_or(OccupyError::OutOfRange {
+            cidr: *cidr,
+            cluster: self.cluster,
+        })?;
+        for i in begin..=end {
+            if self.is_set(i) {
+                *self.extra.entry(i).or_insert(0) += 1;
+            } else {
+                self.set(i);
+                self.allocated += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Go's `Release`: drops one holder of every block `cidr` covers; a block without holders
+    /// is free again. Returns how many blocks became free.
+    pub(crate) fn release(&mut self, cidr: &IpNet) -> Result<u64, OccupyError> {
+        let (begin, end) = self.range_of(cidr).ok_or(OccupyError::OutOfRange {
+            cidr: *cidr,
+            cluster: self.cluster,
+        })?;
+        let mut freed = 0;
+        for i in begin..=end {
+            if let Some(n) = self.extra.get_mut(&i) {
+                *n -= 1;
+                if *n == 0 {
+                    self.extra.remove(&i);
+                }
+            } else if self.is_set(i) {
+                self.clear(i);
+                self.allocated -= 1;
+                freed += 1;
+            }
+        }
+        Ok(freed)
+    }
+}
+
+/// Every cluster CIDR's blocks and which Node holds which CIDRs: the range allocator's state.
+#[derive(Clone, Debug)]
+pub(crate) struct Pool {
+    sets: Vec<CidrSet>,
+    held: HashMap<String, Vec<IpNet>>,
+}
+
+/// What [`Pool::occupy`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Occupied {
+    /// CIDRs the Node had that could not be marked (out of every cluster CIDR): not tracked.
+    pub(crate) rejected: Vec<OccupyError>,
+    /// The CIDRs the pool had recorded for this Node before, now released (it holds others).
+    pub(crate) replaced: Vec<IpNet>,
+}
+
+impl Pool {
+    /// One [`CidrSet`] per cluster CIDR (with the node mask of the same index), with `reserved`
+    /// (the Service ranges) taken out wherever they overlap a cluster CIDR.
+    pub(crate) fn new(
+        clusters: &[IpNet],
+        node_masks: &[u8],
+        reserved: &[IpNet],
+    ) -> Result<Self, PoolError> {
+        let mut sets = clusters
+            .iter()
+            .zip(node_masks)
+            .map(|(c, m)| CidrSet::new(*c, *m))
+            .collect::<Result<Vec<_>, _>>()?;
+        for r in reserved {
+            for set in &mut sets {
+                // Go's filterOutServiceRange: only where the ranges overlap.
+                if set.range_of(r).is_some() {
+                    let _ = set.occupy(r);
+                }
+            }
+        }
+        Ok(Pool {
+            sets,
+            held: HashMap::new(),
+        })
+    }
+
+    /// The cluster CIDRs' sets, in order.
+    pub(crate) fn sets(&self) -> &[CidrSet] {
+        &self.sets
+    }
+
+    /// The CIDRs the pool holds for `node`.
+    #[cfg(test)]
+    pub(crate) fn held_by(&self, node: &str) -> Option<&[IpNet]> {
+        self.held.get(node).map(Vec::as_slice)
+    }
+
+    /// How many Nodes hold CIDRs.
+    #[cfg(test)]
+    pub(crate) fn nodes(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The names of the Nodes that hold CIDRs.
+    pub(crate) fn held_nodes(&self) -> Vec<String> {
+        self.held.keys().cloned().collect()
+    }
+
+    /// Records that `node` has `cidrs` (its `spec.podCIDRs`, index `i` from cluster CIDR `i`):
+    /// marks them used. Idempotent; when the pool held other CIDRs for the Node (given out here,
+    /// but the Node got others), those are released. A CIDR outside its cluster CIDR is
+    /// reported and not tracked; the others are.
+    pub(crate) fn occupy(&mut self, node: &str, cidrs: &[IpNet]) -> Occupied {
+        let mut out = Occupied::default();
+        if self.held.get(node).is_some_and(|h| h == cidrs) {
+            return out;
+        }
+        out.replaced = self.release(node);
+        let mut tracked = Vec::with_capacity(cidrs.len());
+        for (index, cidr) in cidrs.iter().enumerate() {
+            let Some(set) = self.sets.get_mut(index) else {
+                out.rejected
+                    .push(OccupyError::NoClusterCidr { cidr: *cidr, index });
+                continue;
+            };
+            match set.occupy(cidr) {
+                Ok(()) => tracked.push(*cidr),
+                Err(e) => out.rejected.push(e),
+            }
+        }
+        if !tracked.is_empty() {
+            self.held.insert(node.to_owned(), tracked);
+        }
+        out
+    }
+
+    /// Reserves one CIDR per cluster CIDR for `node` (Go's `AllocateOrOccupyCIDR` for a Node
+    /// without CIDRs). When the pool already holds CIDRs for the Node (an earlier attempt whose
+    /// write failed), returns those. When one cluster CIDR is exhausted, nothing stays reserved.
+    pub(crate) fn allocate(&mut self, node: &str) -> Result<Allocation, Exhausted> {
+        if let Some(held) = self.held.get(node) {
+            return Ok(Allocation {
+                cidrs: held.clone(),
+                tries: vec![0; held.len()],
+            });
+        }
+        let mut cidrs = Vec::with_capacity(self.sets.len());
+        let mut tries = Vec::with_capacity(self.sets.len());
+        for index in 0..self.sets.len() {
+            match self.sets[index].allocate_next() {
+                Some((cidr, t)) => {
+                    cidrs.push(cidr);
+                    tries.push(t);
+                }
+                None => {
+                    for (set, cidr) in self.sets.iter_mut().zip(&cidrs) {
+                        let _ = set.release(cidr);
+                    }
+                    return Err(Exhausted {
+                        index,
+                        cluster: self.sets[index].cluster,
+                    });
+                }
+            }
+        }
+        self.held.insert(node.to_owned(), cidrs.clone());
+        Ok(Allocation { cidrs, tries })
+    }
+
+    /// Releases what the pool holds for `node` (a deleted Node, or a reservation that was not
+    /// written). Returns the released CIDRs.
+    pub(crate) fn release(&mut self, node: &str) -> Vec<IpNet> {
+        let Some(cidrs) = self.held.remove(node) else {
+            return Vec::new();
+        };
+        for (set, cidr) in self.sets.iter_mut().zip(&cidrs) {
+            let _ = set.release(cidr);
+        }
+        cidrs
+    }
+}
+
+/// Node mask sizes per cluster CIDR, Go's `setNodeCIDRMaskSizes`: `--node-cidr-mask-size` (`0`
+/// = unset) for single-stack, the per-family flags otherwise; defaults /24 and /64.
+pub(crate) fn node_mask_sizes(
+    clusters: &[IpNet],
+    mask: u8,
+    mask_v4: u8,
+    mask_v6: u8,
+) -> Result<Vec<u8>, String> {
+    let sorted = |v4: u8, v6: u8| -> Vec<u8> {
+        clusters
+            .iter()
+            .map(|c| match c {
+                IpNet::V4(_) => v4,
+                IpNet::V6(_) => v6,
+            })
+            .collect()
+    };
+    let (mut v4, mut v6) = (DEFAULT_NODE_MASK_V4, DEFAULT_NODE_MASK_V6);
+    if clusters.len() > 1 {
+        if mask != 0 {
+            return Err(
+                "usage of --node-cidr-mask-size is not allowed with dual-stack clusters".into(),
+            );
+        }
+        if mask_v4 != 0 {
+            v4 = mask_v4;
+        }
+        if mask_v6 != 0 {
+            v6 = mask_v6;
+        }
+        return Ok(sorted(v4, v6));
+    }
+    let single_v6 = matches!(clusters.first(), Some(IpNet::V6(_)));
+    if mask != 0 {
+        if mask_v4 != 0 || mask_v6 != 0 {
+            return Err("usage of --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6 is not allowed if --node-cidr-mask-size is set. For dual-stack clusters please unset it and use IPFamily specific flags".into());
+        }
+        return Ok(sorted(mask, mask));
+    }
+    if mask_v4 != 0 {
+        if single_v6 {
+            return Err(
+                "usage of --node-cidr-mask-size-ipv4 is not allowed for a single-stack IPv6 cluster"
+                    .into(),
+            );
+        }
+        v4 = mask_v4;
+    }
+    if mask_v6 != 0 {
+        if !single_v6 {
+            return Err(
+                "usage of --node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 cluster"
+                    .into(),
+            );
+        }
+        v6 = mask_v6;
+    }
+    Ok(sorted(v4, v6))
+}
+
+/// Go's default node mask for IPv4 (`defaultNodeMaskCIDRIPv4`).
+pub const DEFAULT_NODE_MASK_V4: u8 = 24;
+/// Go's default node mask for IPv6 (`defaultNodeMaskCIDRIPv6`).
+pub const DEFAULT_NODE_MASK_V6: u8 = 64;
+
+/// Parses `spec.podCIDRs` (or the single `spec.podCIDR` when the list is empty).
+pub(crate) fn node_pod_cidrs(
+    pod_cidrs: Option<&[String]>,
+    pod_cidr: Option<&str>,
+) -> Result<Vec<IpNet>, String> {
+    let raw: Vec<&str> = match pod_cidrs {
+        Some(list) if !list.is_empty() => list.iter().map(String::as_str).collect(),
+        _ => pod_cidr.filter(|s| !s.is_empty()).into_iter().collect(),
+    };
+    raw.into_iter()
+        .map(|s| {
+            s.parse::<IpNet>()
+                .map_err(|e| format!("spec.podCIDRs: {s:?} is not a CIDR ({e})"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(s: &str) -> IpNet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn allocates_blocks_in_order_and_exhausts() {
+        let mut set = CidrSet::new(net("10.0.0.0/22"), 24).unwrap();
+        assert_eq!(set.max(), 4);
+        let got: Vec<IpNet> = (0..4).map(|_| set.allocate_next().unwrap().0).collect();
+        assert_eq!(
+            got,
+            ["10.0.0.0/24", "10.0.1.0/24", "10.0.2.0/24", "10.0.3.0/24"].map(net)
+        );
+        assert_eq!(set.allocate_next(), None);
+        assert_eq!(set.usage(), 1.0);
+    }
+
+    #[test]
+    fn release_makes_a_block_available_and_the_candidate_moves_on() {
+        let mut set = CidrSet::new(net("10.0.0.0/22"), 24).unwrap();
+        for _ in 0..3 {
+            set.allocate_next().unwrap();
+        }
+        assert_eq!(set.release(&net("10.0.1.0/24")), Ok(1));
+        // Next candidate is block 3 (after the last given), then wraps to the freed block 1.
+        assert_eq!(set.allocate_next().unwrap(), (net("10.0.3.0/24"), 0));
+        assert_eq!(set.allocate_next().unwrap(), (net("10.0.1.0/24"), 1));
+        assert_eq!(set.allocate_next(), None);
+    }
+
+    #[test]
+    fn occupy_skips_taken_blocks_and_counts_tries() {
+        let mut set = CidrSet::new(net("10.0.0.0/22"), 24).unwrap();
+        set.occupy(&net("10.0.0.0/24")).unwrap();
+        set.occupy(&net("10.0.1.0/24")).unwrap();
+        assert_eq!(set.allocate_next().unwrap(), (net("10.0.2.0/24"), 2));
+        assert_eq!(set.allocated(), 3);
+    }
+
+    #[test]
+    fn occupy_larger_and_smaller_cidrs() {
+        let mut set = CidrSet::new(net("10.0.0.0/16"), 24).unwrap();
+        // A /23 covers two blocks; a /25 one.
+        set.occupy(&net("10.0.4.0/23")).unwrap();
+        set.occupy(&net("10.0.9.128/25")).unwrap();
+        assert_eq!(set.allocated(), 3);
+        assert!(set.is_set(4) && set.is_set(5) && set.is_set(9));
+        // A range containing the whole cluster CIDR takes everything.
+        let mut small = CidrSet::new(net("10.0.0.0/22"), 24).unwrap();
+        small.occupy(&net("10.0.0.0/8")).unwrap();
+        assert_eq!(small.allocate_next(), None);
+    }
+
+    #[test]
+    fn occupy_out_of_range_or_other_family_is_an_error() {
+        let mut set = CidrSet::new(net("10.0.0.0/16"), 24).unwrap();
+        for bad in ["10.1.0.0/24", "fd00::/64", "192.168.0.0/16"] {
+            assert!(
+                matches!(set.occupy(&net(bad)), Err(OccupyError::OutOfRange { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(set.allocated(), 0);
+    }
+
+    #[test]
+    fn a_block_with_two_holders_stays_used_until_both_release() {
+        let mut set = CidrSet::new(net("10.0.0.0/23"), 24).unwrap();
+        set.occupy(&net("10.0.0.0/24")).unwrap();
+        set.occupy(&net("10.0.0.0/24")).unwrap();
+        assert_eq!(set.release(&net("10.0.0.0/24")), Ok(0));
+        assert!(set.is_set(0));
+        assert_eq!(set.release(&net("10.0.0.0/24")), Ok(1));
+        assert!(!set.is_set(0));
+        // Releasing a free block is a no-op.
+        assert_eq!(set.release(&net("10.0.0.0/24")), Ok(0));
+        assert_eq!(set.allocated(), 0);
+    }
+
+    #[test]
+    fn ipv6_blocks_and_limits() {
+        let mut set = CidrSet::new(net("fd00:10::/56"), 64).unwrap();
+        assert_eq!(set.max(), 256);
+        assert_eq!(set.allocate_next().unwrap().0, net("fd00:10::/64"));
+        assert_eq!(set.allocate_next().unwrap().0, net("fd00:10:0:1::/64"));
+        assert_eq!(
+            CidrSet::new(net("fd00::/47"), 64).unwrap_err(),
+            PoolError::SubNetTooBig {
+                cluster: net("fd00::/47"),
+                node_mask: 64
+            }
+        );
+        assert!(CidrSet::new(net("fd00::/48"), 64).is_ok());
+        // /128 blocks.
+        let mut tiny = CidrSet::new(net("fd00::/127"), 128).unwrap();
+        assert_eq!(tiny.allocate_next().unwrap().0, net("fd00::/128"));
+        assert_eq!(tiny.allocate_next().unwrap().0, net("fd00::1/128"));
+        assert_eq!(tiny.allocate_next(), None);
+    }
+
+    #[test]
+    fn mask_validation() {
+        assert_eq!(
+            CidrSet::new(net("10.0.0.0/16"), 8).unwrap_err(),
+            PoolError::MaskTooShort {
+                cluster: net("10.0.0.0/16"),
+                node_mask: 8
+            }
+        );
+        assert!(matches!(
+            CidrSet::new(net("10.0.0.0/16"), 33),
+            Err(PoolError::MaskTooLong { .. })
+        ));
+        // Equal masks: one block.
+        assert_eq!(CidrSet::new(net("10.0.0.0/24"), 24).unwrap().max(), 1);
+        // IPv4 has no difference limit in Go; memory grows only with the blocks used.
+        let mut wide = CidrSet::new(net("10.0.0.0/8"), 32).unwrap();
+        assert_eq!(wide.max(), 1 << 24);
+        assert_eq!(wide.allocate_next().unwrap().0, net("10.0.0.0/32"));
+        assert_eq!(wide.used.len(), 1);
+        // A host address in --cluster-cidr is truncated (Go's ParseCIDR returns the network).
+        assert_eq!(
+            CidrSet::new(net("10.0.3.7/16"), 24).unwrap().cluster(),
+            net("10.0.0.0/16")
+        );
+    }
+
+    #[test]
+    fn service_range_is_kept_out_of_the_pool() {
+        let pool = Pool::new(
+            &[net("10.0.0.0/16")],
+            &[24],
+            &[net("10.0.8.0/22"), net("10.96.0.0/12"), net("fd00::/108")],
+        )
+        .unwrap();
+        assert_eq!(pool.sets()[0].allocated(), 4);
+        let mut pool = pool;
+        let mut given = Vec::new();
+        while let Ok(a) = pool.allocate(&format!("n{}", given.len())) {
+            given.push(a.cidrs[0]);
+        }
+        assert_eq!(given.len(), 252);
+        for cidr in &given {
+            assert!(!net("10.0.8.0/22").contains(cidr), "{cidr}");
+        }
+        // A Service range containing the whole cluster CIDR leaves nothing.
+        let mut none = Pool::new(&[net("10.0.0.0/24")], &[26], &[net("10.0.0.0/16")]).unwrap();
+        assert!(none.allocate("a").is_err());
+    }
+
+    #[test]
+    fn dual_stack_allocates_one_per_family_in_cluster_order() {
+        let mut pool =
+            Pool::new(&[net("fd00::/120"), net("10.0.0.0/24")], &[124, 28], &[]).unwrap();
+        let a = pool.allocate("a").unwrap();
+        assert_eq!(a.cidrs, vec![net("fd00::/124"), net("10.0.0.0/28")]);
+        let b = pool.allocate("b").unwrap();
+        assert_eq!(b.cidrs, vec![net("fd00::10/124"), net("10.0.0.16/28")]);
+        assert_eq!(pool.held_by("a"), Some(&a.cidrs[..]));
+    }
+
+    #[test]
+    fn exhaustion_of_the_second_family_leaves_nothing_reserved() {
+        // IPv4 has 4 blocks, IPv6 only 2.
+        let mut pool =
+            Pool::new(&[net("10.0.0.0/22"), net("fd00::/127")], &[24, 128], &[]).unwrap();
+        pool.allocate("a").unwrap();
+        pool.allocate("b").unwrap();
+        let err = pool.allocate("c").unwrap_err();
+        assert_eq!(
+            err,
+            Exhausted {
+                index: 1,
+                cluster: net("fd00::/127")
+            }
+        );
+        assert!(err.to_string().contains(NO_CIDRS_REMAINING));
+        assert_eq!(
+            pool.sets()[0].allocated(),
+            2,
+            "the IPv4 block was given back"
+        );
+        assert_eq!(pool.held_by("c"), None);
+    }
+
+    #[test]
+    fn allocate_is_idempotent_per_node_and_release_frees() {
+        let mut pool = Pool::new(&[net("10.0.0.0/23")], &[24], &[]).unwrap();
+        let first = pool.allocate("a").unwrap();
+        assert_eq!(pool.allocate("a").unwrap().cidrs, first.cidrs);
+        assert_eq!(pool.sets()[0].allocated(), 1);
+        assert_eq!(pool.release("a"), first.cidrs);
+        assert_eq!(pool.release("a"), Vec::<IpNet>::new());
+        assert_eq!(pool.sets()[0].allocated(), 0);
+        assert_eq!(pool.nodes(), 0);
+    }
+
+    #[test]
+    fn occupy_existing_then_allocate_never_repeats_a_cidr() {
+        // The restart case: half the range is on existing Nodes, in no particular order.
+        let mut pool = Pool::new(&[net("10.244.0.0/16")], &[24], &[]).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for i in (0..256).step_by(2).rev() {
+            let cidr = net(&format!("10.244.{i}.0/24"));
+            let out = pool.occupy(&format!("old-{i}"), &[cidr]);
+            assert_eq!(out, Occupied::default());
+            seen.insert(cidr);
+        }
+        for i in 0..128 {
+            let a = pool.allocate(&format!("new-{i}")).unwrap();
+            assert!(seen.insert(a.cidrs[0]), "{} given twice", a.cidrs[0]);
+        }
+        assert!(pool.allocate("one-too-many").is_err());
+        assert_eq!(seen.len(), 256);
+    }
+
+    #[test]
+    fn occupy_is_idempotent_and_replaces_a_stale_reservation() {
+        let mut pool = Pool::new(&[net("10.0.0.0/22")], &[24], &[]).unwrap();
+        let reserved = pool.allocate("a").unwrap().cidrs;
+        // The Node was given another CIDR by someone else: ours goes back.
+        let out = pool.occupy("a", &[net("10.0.2.0/24")]);
+        assert_eq!(out.replaced, reserved);
+        assert_eq!(pool.sets()[0].allocated(), 1);
+        assert_eq!(pool.occupy("a", &[net("10.0.2.0/24")]), Occupied::default());
+        assert_eq!(pool.sets()[0].allocated(), 1);
+    }
+
+    #[test]
+    fn occupy_reports_cidrs_it_cannot_track() {
+        let mut pool = Pool::new(&[net("10.0.0.0/16")], &[24], &[]).unwrap();
+        let out = pool.occupy("a", &[net("10.0.1.0/24"), net("fd00::/64")]);
+        assert_eq!(
+            out.rejected,
+            vec![OccupyError::NoClusterCidr {
+                cidr: net("fd00::/64"),
+                index: 1
+            }]
+        );
+        assert_eq!(pool.held_by("a"), Some(&[net("10.0.1.0/24")][..]));
+        let out = pool.occupy("b", &[net("192.168.0.0/24")]);
+        assert!(matches!(out.rejected[..], [OccupyError::OutOfRange { .. }]));
+        assert_eq!(pool.held_by("b"), None);
+    }
+
+    #[test]
+    fn two_nodes_with_the_same_cidr_keep_it_used_until_both_are_gone() {
+        let mut pool = Pool::new(&[net("10.0.0.0/23")], &[24], &[]).unwrap();
+        pool.occupy("a", &[net("10.0.0.0/24")]);
+        pool.occupy("b", &[net("10.0.0.0/24")]);
+        pool.release("a");
+        assert_eq!(pool.allocate("c").unwrap().cidrs, vec![net("10.0.1.0/24")]);
+        assert!(pool.allocate("d").is_err());
+        pool.release("b");
+        assert_eq!(pool.allocate("d").unwrap().cidrs, vec![net("10.0.0.0/24")]);
+    }
+
+    #[test]
+    fn a_service_range_inside_a_node_block_survives_the_node() {
+        let mut pool = Pool::new(&[net("10.0.0.0/23")], &[24], &[net("10.0.0.0/28")]).unwrap();
+        pool.occupy("a", &[net("10.0.0.0/24")]);
+        pool.release("a");
+        assert_eq!(pool.sets()[0].allocated(), 1);
+        assert_eq!(pool.allocate("b").unwrap().cidrs, vec![net("10.0.1.0/24")]);
+    }
+
+    #[test]
+    fn mask_sizes_follow_go() {
+        let v4 = [net("10.0.0.0/16")];
+        let v6 = [net("fd00::/48")];
+        let dual = [net("10.0.0.0/16"), net("fd00::/48")];
+        assert_eq!(node_mask_sizes(&v4, 0, 0, 0), Ok(vec![24]));
+        assert_eq!(node_mask_sizes(&v6, 0, 0, 0), Ok(vec![64]));
+        assert_eq!(node_mask_sizes(&dual, 0, 0, 0), Ok(vec![24, 64]));
+        assert_eq!(node_mask_sizes(&dual, 0, 26, 80), Ok(vec![26, 80]));
+        assert_eq!(node_mask_sizes(&v4, 25, 0, 0), Ok(vec![25]));
+        assert_eq!(node_mask_sizes(&v6, 72, 0, 0), Ok(vec![72]));
+        assert_eq!(node_mask_sizes(&v4, 0, 26, 0), Ok(vec![26]));
+        assert_eq!(node_mask_sizes(&v6, 0, 0, 80), Ok(vec![80]));
+        for (clusters, m, m4, m6, msg) in [
+            (&dual[..], 24, 0, 0, "not allowed with dual-stack"),
+            (
+                &v4[..],
+                24,
+                25,
+                0,
+                "not allowed if --node-cidr-mask-size is set",
+            ),
+            (&v6[..], 0, 25, 0, "single-stack IPv6"),
+            (&v4[..], 0, 0, 64, "single-stack IPv4"),
+        ] {
+            let err = node_mask_sizes(clusters, m, m4, m6).unwrap_err();
+            assert!(err.contains(msg), "{err}");
+        }
+    }
+
+    #[test]
+    fn pod_cidrs_of_a_node() {
+        let list = vec!["10.0.1.0/24".to_owned(), "fd00::/64".to_owned()];
+        assert_eq!(
+            node_pod_cidrs(Some(&list), Some("10.0.1.0/24")),
+            Ok(vec![net("10.0.1.0/24"), net("fd00::/64")])
+        );
+        assert_eq!(
+            node_pod_cidrs(None, Some("10.0.1.0/24")),
+            Ok(vec![net("10.0.1.0/24")])
+        );
+        assert_eq!(node_pod_cidrs(Some(&[]), Some("")), Ok(vec![]));
+        assert!(node_pod_cidrs(Some(&["bogus".to_owned()]), None).is_err());
+    }
+}
