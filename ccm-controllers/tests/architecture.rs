@@ -207,6 +207,12 @@ fn every_controller_folder_has_one_shape() {
         for file in ["mod.rs", "sync.rs", "plan.rs"] {
             assert!(dir.join(file).exists(), "{}: no {file}", dir.display());
         }
+        let sync = std::fs::read_to_string(dir.join("sync.rs")).expect("read sync.rs");
+        assert!(
+            sync.contains("struct Reconciler"),
+            "{}/sync.rs: the reconciler is named `Reconciler`",
+            dir.display()
+        );
         let module = std::fs::read_to_string(dir.join("mod.rs")).expect("read mod.rs");
         for item in [
             "pub const NAME: &str",

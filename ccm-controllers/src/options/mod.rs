@@ -96,6 +96,7 @@ pub struct Options {
 
 /// The cloud provider and its configuration.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Cloud provider")]
 pub struct CloudArgs {
     /// The provider to run, by its registered name (required).
     #[arg(long, value_name = "NAME")]
@@ -117,6 +118,7 @@ pub const DEFAULT_KUBE_API_BURST: u32 = 2000;
 
 /// Kubernetes client flags.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Kubernetes client")]
 pub struct KubeArgs {
     /// Path to a kubeconfig file. Without it and without `--master`, the in-cluster
     /// configuration is used (then `$KUBECONFIG` / `~/.kube/config`).
@@ -142,6 +144,7 @@ pub struct KubeArgs {
 
 /// Which controllers run, and the cluster they run for.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Generic")]
 pub struct GenericArgs {
     /// Controllers to run: `*` enables all (except those disabled by default), `name` enables,
     /// `-name` disables; the first explicit mention wins. Names: `cloud-node-controller`
@@ -168,6 +171,7 @@ pub struct GenericArgs {
 
 /// Flags of the cloud-node and cloud-node-lifecycle controllers.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Node controllers")]
 pub struct NodeControllerArgs {
     /// Workers initialising Nodes. Go's default is 1; 100 initialises 1000 nodes at 100 ms per
     /// cloud call in about a second (subject to `--cloud-api-qps`). Must be at least 1.
@@ -191,6 +195,7 @@ pub struct NodeControllerArgs {
 
 /// Flags of the service (load balancer) controller.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Service controller")]
 pub struct ServiceControllerArgs {
     /// Workers syncing load balancers. Go's default is 1 (hours to converge with many load
     /// balancers); must be at least 1.
@@ -204,6 +209,7 @@ pub struct ServiceControllerArgs {
 
 /// Flags of the route controller.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Route controller")]
 pub struct RouteControllerArgs {
     /// Whether the route controller creates pod-CIDR routes in the cloud (needs a provider with
     /// routes and `--cluster-cidr`).
@@ -217,6 +223,7 @@ pub struct RouteControllerArgs {
 /// Flags of the node-IPAM controller (Go's `NodeIPAMControllerOptions` and
 /// `--cidr-allocator-type`); they take effect with `--allocate-node-cidrs=true`.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Node IPAM controller")]
 pub struct NodeIpamArgs {
     /// The allocator of pod CIDRs: `RangeAllocator` (built in), or one the provider registered
     /// (e.g. `CloudAllocator`); any other name stops startup.
@@ -240,6 +247,7 @@ pub struct NodeIpamArgs {
 
 /// Leader-election flags (Go's `--leader-elect*`).
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Leader election")]
 pub struct LeaderElectionArgs {
     /// Elect a leader on a Lease before running controllers.
     #[arg(long, default_value_t = true, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
@@ -268,6 +276,7 @@ pub struct LeaderElectionArgs {
 
 /// Health and metrics serving, and shutdown.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Serving")]
 pub struct ServingArgs {
     /// HTTPS serving of `/healthz`, `/livez`, `/readyz` and `/metrics` with delegated
     /// authentication and authorization (`--bind-address`, `--secure-port`, `--tls-*`,
@@ -282,6 +291,7 @@ pub struct ServingArgs {
 
 /// The cloud-call budget: every provider call goes through it.
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Cloud-call budget")]
 pub struct CloudBudgetArgs {
     /// Sustained cloud API calls per second, shared by all controllers (token bucket). Unset:
     /// unlimited.
@@ -300,6 +310,7 @@ pub struct CloudBudgetArgs {
 /// Logging flags: Go's component-base logging flags (`k8s.io/component-base/logs/api/v1`),
 /// mapped onto `tracing`.
 #[derive(Args, Clone, Debug, Default)]
+#[command(next_help_heading = "Logging")]
 pub struct LoggingArgs {
     /// Log verbosity as in klog: 0-2 info, 3-4 debug, 5+ trace. `RUST_LOG`, when set, wins.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
@@ -415,6 +426,7 @@ fn verbosity_level(v: u8) -> &'static str {
 /// Go flags kept so that a Go CCM's manifest still starts, each either warned about (no effect
 /// here, and the warning says why) or rejected (ignoring it would be unsafe).
 #[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Accepted for Go compatibility")]
 pub struct GoCompatArgs {
     /// Accepted with a warning: the client always speaks JSON.
     #[arg(long, value_name = "TYPE")]

@@ -47,7 +47,7 @@ use crate::machinery::workqueue::{Backoff, WorkQueue};
 
 use self::metrics::PoolMetrics;
 use self::plan::Pool;
-use self::sync::NodeIpamSync;
+use self::sync::Reconciler;
 
 pub use self::plan::{DEFAULT_NODE_MASK_V4, DEFAULT_NODE_MASK_V6};
 pub use self::sync::{
@@ -267,7 +267,7 @@ pub async fn run_range_allocator(
     changes.skip_initial();
     let metrics = PoolMetrics::register(&ctx.metrics);
     let recorder = ctx.recorder(EVENT_COMPONENT);
-    let reconciler = Arc::new(NodeIpamSync::new(ctx.clone(), pool, recorder, metrics));
+    let reconciler = Arc::new(Reconciler::new(ctx.clone(), pool, recorder, metrics));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
 
     // Every CIDR a Node already has is marked before anything is allocated.

@@ -24,7 +24,7 @@ pub const REASON_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
 pub const REASON_INVALID_POD_CIDR: &str = "InvalidPodCIDR";
 
 /// The node-IPAM reconciler (range allocator).
-pub(crate) struct NodeIpamSync {
+pub(crate) struct Reconciler {
     ctx: ControllerContext,
     api: Api<Node>,
     pool: Mutex<Pool>,
@@ -32,7 +32,7 @@ pub(crate) struct NodeIpamSync {
     metrics: PoolMetrics,
 }
 
-impl NodeIpamSync {
+impl Reconciler {
     pub(crate) fn new(
         ctx: ControllerContext,
         pool: Pool,
@@ -40,7 +40,7 @@ impl NodeIpamSync {
         metrics: PoolMetrics,
     ) -> Self {
         metrics.observe(pool.sets());
-        NodeIpamSync {
+        Reconciler {
             api: Api::all(ctx.client.clone()),
             ctx,
             pool: Mutex::new(pool),

@@ -37,7 +37,7 @@ struct Entry {
     /// `None` once cleaned up. Used to delete the load balancer of a Service that vanished or
     /// was re-created under the same name.
     handled: Option<Arc<Service>>,
-    /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`). Shared
+    /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`). Reconciler
     /// with every other Service synced against the same host set (see [`HostSet`]).
     last_hosts: Option<Arc<[HostKey]>>,
     /// The provider answered `CloudError::Retry` for this load balancer: no node-sync update
@@ -73,7 +73,7 @@ enum Step {
     Gone,
 }
 
-struct Shared {
+struct Reconciler {
     ctx: ControllerContext,
     config: ServiceConfig,
     queue: WorkQueue<String>,
@@ -145,7 +145,7 @@ pub(super) async fn run(
     };
     node_changes.skip_initial();
     let metrics = ServiceMetrics::register(&ctx.metrics);
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Reconciler {
         queue: ctx.queue(QUEUE_NAME, Backoff::SERVICE),
         recorder: ctx.recorder(EVENT_COMPONENT),
         metrics,
@@ -184,7 +184,7 @@ pub(super) async fn run(
 
 /// Queues Services per Go's add and update handlers, plus Services that vanished while the
 /// controller had a record of their load balancer.
-async fn service_events(shared: Arc<Shared>, mut changes: Subscription<Service>) {
+async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Service>) {
     loop {
         let change = tokio::select! {
             () = shared.ctx.shutdown.cancelled() => return,
@@ -232,7 +232,7 @@ async fn service_events(shared: Arc<Shared>, mut changes: Subscription<Service>)
 
 /// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
 async fn node_events(
-    shared: Arc<Shared>,
+    shared: Arc<Reconciler>,
     mut changes: Subscription<Node>,
     trigger: mpsc::UnboundedSender<()>,
 ) {
@@ -259,7 +259,7 @@ async fn node_events(
 /// `node_sync_window` has passed without a new change, or at the latest
 /// [`MAX_WINDOW_FACTOR`] windows after the first change (so continuous churn cannot postpone
 /// host updates forever). Triggers arriving during a pass start the next window.
-async fn node_sync_loop(shared: Arc<Shared>, mut triggers: mpsc::UnboundedReceiver<()>) {
+async fn node_sync_loop(shared: Arc<Reconciler>, mut triggers: mpsc::UnboundedReceiver<()>) {
     let shutdown = shared.ctx.shutdown.clone();
     let window = shared.config.node_sync_window;
     loop {
@@ -290,7 +290,7 @@ async fn node_sync_loop(shared: Arc<Shared>, mut triggers: mpsc::UnboundedReceiv
     }
 }
 
-impl Shared {
+impl Reconciler {
     fn lb(&self) -> Option<&dyn LoadBalancer> {
         self.ctx.cloud.load_balancer()
     }
