@@ -420,6 +420,8 @@ pub(crate) fn parse_ip_sloppy(s: &str) -> Option<IpAddr> {
     Some(IpAddr::V4(Ipv4Addr::from(octets)))
 }
 
+// The file is longer than the ~800 lines of ARCHITECTURE.md because of the unit tests below:
+// the planner is pure, so its tests carry the rules of the reference, one test per rule.
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -473,6 +473,8 @@ pub fn desired_condition(routed: impl IntoIterator<Item = bool>) -> DesiredCondi
     }
 }
 
+// The file is longer than the ~800 lines of ARCHITECTURE.md because of the unit tests below:
+// the planner is pure, so its tests carry the rules of the reference, one test per rule.
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]

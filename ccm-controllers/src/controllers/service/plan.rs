@@ -515,6 +515,8 @@ pub fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
     )
 }
 
+// The file is longer than the ~800 lines of ARCHITECTURE.md because of the unit tests below:
+// the planner is pure, so its tests carry the rules of the reference, one test per rule.
 #[cfg(test)]
 mod tests {
     use super::*;
