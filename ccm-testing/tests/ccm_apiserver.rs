@@ -124,6 +124,14 @@ async fn kubectl_and_kube_clients_work_against_ccm_apiserver() {
     assert!(lines.iter().any(|l| l.starts_with("worker-1 ")), "{table}");
     assert!(lines.iter().any(|l| l.starts_with("worker-2 ")), "{table}");
 
+    // Short names resolve through discovery, as against kube-apiserver.
+    let by_short_name = kubectl(&kubeconfig, &["get", "no", "-o", "name"]);
+    assert_eq!(
+        String::from_utf8_lossy(&by_short_name.stdout),
+        "node/worker-1\nnode/worker-2\n"
+    );
+    kubectl(&kubeconfig, &["get", "svc,ns,cm,ev", "--all-namespaces"]);
+
     // A field of the object, and a write as a vendor's smoke test would make it.
     let taints = kubectl(
         &kubeconfig,
