@@ -20,8 +20,10 @@
 
 use crate::runtime::ControllerEntry;
 
-/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`).
-pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
+/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`): the table
+/// [`Builder::new`](crate::Builder::new) starts from, and the controller harness of
+/// `ccm-testing` starts from too.
+pub fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
         node_lifecycle_controller(),

@@ -191,6 +191,13 @@ where
         }
     }
 
+    /// Changes sent that some subscriber has not received yet (0 when every subscriber has
+    /// taken every change, or there is none). The controller harness of `ccm-testing` waits
+    /// for 0 to know that a change the store holds has reached every controller.
+    pub fn undelivered(&self) -> usize {
+        self.changes.len()
+    }
+
     /// Subscribes to changes from now on. Subscribe before reading the store, so nothing falls
     /// between the read and the first change.
     pub fn subscribe(&self) -> Subscription<K> {

@@ -191,6 +191,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     () = ctx.shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
+                let _busy = ctx.activity().begin();
                 let nodes = ctx.nodes.list();
                 futures::stream::iter(nodes)
                     .take_until(ctx.shutdown.cancelled())
