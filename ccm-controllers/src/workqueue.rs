@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,7 @@ pub struct Activity {
 #[derive(Debug, Default)]
 struct ActivityInner {
     in_flight: AtomicUsize,
+    started: AtomicU64,
     idle: Notify,
 }
 
@@ -79,6 +80,7 @@ impl Activity {
     /// Counts one unit of work in flight until the guard drops.
     pub fn begin(&self) -> ActivityGuard {
         self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.inner.started.fetch_add(1, Ordering::SeqCst);
         ActivityGuard {
             activity: self.clone(),
         }
@@ -87,6 +89,12 @@ impl Activity {
     /// The units of work in flight now.
     pub fn in_flight(&self) -> usize {
         self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How many units of work ever began: equal values around a wait mean nothing started in
+    /// between.
+    pub fn started(&self) -> u64 {
+        self.inner.started.load(Ordering::SeqCst)
     }
 
     /// Resolves once nothing is in flight (at once if nothing is).
