@@ -14,11 +14,12 @@ use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::harness::ControllerHarness;
-use ccm_testing::wait::wait_for_deletion;
+use ccm_testing::wait::{wait_for_deletion, wait_for_node_addresses};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
 const RUN_LABEL: &str = "ccm-test.example.com/run";
+const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A test's cluster and the scope that selects only its Nodes.
 async fn setup() -> (TestCluster, String, InformerScope) {
@@ -84,6 +85,20 @@ async fn settled_waits_for_slow_cloud_calls_and_the_writes_after_them() {
         "{late} not initialised after settled(): {node:?}"
     );
     harness.stop().await.unwrap();
+
+    // The cloud's addresses, set at initialisation (FakeCloud has no external IP by default).
+    let addresses = wait_for_node_addresses(&nodes, &late, &["InternalIP", "Hostname"], TIMEOUT)
+        .await
+        .unwrap();
+    assert_eq!(addresses.len(), 2, "{addresses:?}");
+    let missing =
+        wait_for_node_addresses(&nodes, &late, &["ExternalIP"], Duration::from_millis(200))
+            .await
+            .unwrap_err();
+    assert!(
+        missing.to_string().contains("InternalIP"),
+        "shows the last Node: {missing}"
+    );
     cluster.cleanup().await;
 }
 
@@ -241,9 +256,7 @@ async fn set_node_ready_false_lets_the_lifecycle_controller_delete_a_gone_node()
     assert!(nodes.get(&name).await.is_ok());
     assert_eq!(fake.call_count("instance_exists"), 0);
     harness.set_node_ready(&name, false).await;
-    wait_for_deletion(&nodes, &name, Duration::from_secs(20))
-        .await
-        .unwrap();
+    wait_for_deletion(&nodes, &name, TIMEOUT).await.unwrap();
     harness.stop().await.unwrap();
     cluster.cleanup().await;
 }
