@@ -13,12 +13,20 @@
 //! After every (re)list, the informer diffs the new list against what it held and emits the
 //! resulting `Applied`/`Deleted` changes, so objects deleted while the watch was down are still
 //! reported (client-go's `DeletedFinalStateUnknown`).
+//!
+//! A controller starts with [`Informer::subscribe`]: it waits for the first list, then hands out
+//! the store's objects at one instant (as `Applied { old: None }`) followed by every change
+//! after that instant, so each object present at start is delivered exactly once. The store
+//! update and the broadcast of a change happen under one lock, and the snapshot and the
+//! subscription are taken under it too: nothing falls between them, and nothing arrives twice
+//! (reading the store and separately subscribing would deliver every object of the initial
+//! list twice whenever the subscription was taken before the informer broadcast that list).
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
@@ -74,6 +82,18 @@ where
     store: Store<K>,
     changes: broadcast::Sender<Change<K>>,
     generation: Arc<AtomicU64>,
+    /// Held while a change is applied to the store and broadcast, and while a subscriber takes
+    /// its snapshot and subscribes: a subscriber sees each change either in its snapshot or on
+    /// its subscription, never both, never neither.
+    publish: Arc<Mutex<()>>,
+    /// Initial objects handed to subscriptions and not yet received (see
+    /// [`Informer::undelivered`]).
+    initial_pending: Arc<AtomicUsize>,
+}
+
+fn lock(publish: &Mutex<()>) -> MutexGuard<'_, ()> {
+    // Guards no data; a panic while it was held leaves nothing inconsistent behind it.
+    publish.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl<K> Clone for Informer<K>
@@ -86,24 +106,58 @@ where
             store: self.store.clone(),
             changes: self.changes.clone(),
             generation: self.generation.clone(),
+            publish: self.publish.clone(),
+            initial_pending: self.initial_pending.clone(),
         }
     }
 }
 
-/// A subscription to an informer's changes.
+/// A subscription to an informer's objects and changes (see [`Informer::subscribe`]): first
+/// every object the store held when it was taken, as `Applied { old: None }`, then every change
+/// after that.
 pub struct Subscription<K> {
+    initial: std::vec::IntoIter<Arc<K>>,
     rx: broadcast::Receiver<Change<K>>,
+    /// The informer's count of initial objects not yet received, less ours as we take them.
+    initial_pending: Arc<AtomicUsize>,
+}
+
+impl<K> Subscription<K> {
+    /// Takes the rest of the initial objects off the informer's pending count.
+    fn forget_initial(&mut self) {
+        let rest = self.initial.len();
+        self.initial = Vec::new().into_iter();
+        self.initial_pending.fetch_sub(rest, Ordering::SeqCst);
+    }
+}
+
+impl<K> Drop for Subscription<K> {
+    fn drop(&mut self) {
+        self.forget_initial();
+    }
 }
 
 impl<K: Clone> Subscription<K> {
-    /// The next change; `None` once the informer has stopped. A subscriber that fell behind
-    /// receives [`Change::Resync`] once, then the changes after the gap.
+    /// The next change; `None` once the informer has stopped. The objects of the initial
+    /// state come first, each once. A subscriber that fell behind receives
+    /// [`Change::Resync`] once, then the changes after the gap.
     pub async fn recv(&mut self) -> Option<Change<K>> {
+        if let Some(new) = self.initial.next() {
+            self.initial_pending.fetch_sub(1, Ordering::SeqCst);
+            return Some(Change::Applied { old: None, new });
+        }
         match self.rx.recv().await {
             Ok(change) => Some(change),
             Err(broadcast::error::RecvError::Lagged(_)) => Some(Change::Resync),
             Err(broadcast::error::RecvError::Closed) => None,
         }
+    }
+
+    /// Drops the objects of the initial state not yet received, for a controller whose own
+    /// start-up pass already covers the whole store (the route controller reconciles at once
+    /// on start); [`Subscription::recv`] then returns only changes.
+    pub fn skip_initial(&mut self) {
+        self.forget_initial();
     }
 }
 
@@ -140,12 +194,26 @@ where
         let (store, writer) = reflector::store::<K>();
         let (changes, _) = broadcast::channel(DEFAULT_BROADCAST_CAPACITY);
         let generation = Arc::new(AtomicU64::new(0));
+        let publish = Arc::new(Mutex::new(()));
         let informer = Informer {
             store: store.clone(),
             changes: changes.clone(),
             generation: generation.clone(),
+            publish: publish.clone(),
+            initial_pending: Arc::new(AtomicUsize::new(0)),
         };
-        let driver = drive(stream, writer, store, changes, generation, strip, shutdown);
+        let driver = drive(
+            stream,
+            Published {
+                writer,
+                store,
+                changes,
+                generation,
+                publish,
+            },
+            strip,
+            shutdown,
+        );
         (informer, driver)
     }
 
@@ -191,28 +259,52 @@ where
         }
     }
 
-    /// Changes sent that some subscriber has not received yet (0 when every subscriber has
-    /// taken every change, or there is none). The controller harness of `ccm-testing` waits
-    /// for 0 to know that a change the store holds has reached every controller.
+    /// Changes and initial objects sent that some subscriber has not received yet (0 when
+    /// every subscriber has taken everything, or there is none). The controller harness of
+    /// `ccm-testing` waits for 0 to know that what the store holds has reached every
+    /// controller.
     pub fn undelivered(&self) -> usize {
-        self.changes.len()
+        self.changes.len() + self.initial_pending.load(Ordering::SeqCst)
     }
 
-    /// Subscribes to changes from now on. Subscribe before reading the store, so nothing falls
-    /// between the read and the first change.
-    pub fn subscribe(&self) -> Subscription<K> {
-        Subscription {
-            rx: self.changes.subscribe(),
+    /// Waits until the first list has completed, then subscribes: the subscription delivers
+    /// every object in the store at that instant once (as `Applied { old: None }`), then every
+    /// change after it, each once. This is how a controller starts: it needs no separate pass
+    /// over [`Informer::list`], and an object present at start is never processed twice.
+    /// `None` if the informer stopped before its first list.
+    pub async fn subscribe(&self) -> Option<Subscription<K>> {
+        if !self.wait_until_synced().await {
+            return None;
         }
+        let _publishing = lock(&self.publish);
+        let initial = self.store.state();
+        self.initial_pending
+            .fetch_add(initial.len(), Ordering::SeqCst);
+        Some(Subscription {
+            initial: initial.into_iter(),
+            rx: self.changes.subscribe(),
+            initial_pending: self.initial_pending.clone(),
+        })
     }
+}
+
+/// What the driver publishes to: the store, the change broadcast and the generation, updated
+/// together under the `publish` lock.
+struct Published<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Hash + Eq + Clone,
+{
+    writer: reflector::store::Writer<K>,
+    store: Store<K>,
+    changes: broadcast::Sender<Change<K>>,
+    generation: Arc<AtomicU64>,
+    publish: Arc<Mutex<()>>,
 }
 
 async fn drive<K, S>(
     stream: S,
-    mut writer: reflector::store::Writer<K>,
-    store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
-    generation: Arc<AtomicU64>,
+    published: Published<K>,
     strip: fn(&mut K),
     shutdown: CancellationToken,
 ) where
@@ -220,6 +312,13 @@ async fn drive<K, S>(
     K::DynamicType: Hash + Eq + Clone + Default,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
+    let Published {
+        mut writer,
+        store,
+        changes,
+        generation,
+        publish,
+    } = published;
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let mut stream = std::pin::pin!(stream);
     // What the store held when the current (re)list started, to diff against at InitDone.
@@ -257,6 +356,10 @@ async fn drive<K, S>(
             }
             Event::InitApply(_) => writer.apply_watcher_event(&event),
             Event::InitDone => {
+                // The store turns ready (first list) or swaps in the re-list here: under the
+                // lock, together with the changes it makes, so a subscriber gets either this
+                // state as its snapshot or these changes, not both.
+                let _publishing = lock(&publish);
                 writer.apply_watcher_event(&event);
                 generation.fetch_add(1, Ordering::AcqRel);
                 let mut before = before_relist.take().unwrap_or_default();
@@ -275,6 +378,7 @@ async fn drive<K, S>(
                 }
             }
             Event::Apply(obj) => {
+                let _publishing = lock(&publish);
                 let key = ObjectRef::from_obj(obj);
                 let old = store.get(&key);
                 writer.apply_watcher_event(&event);
@@ -284,6 +388,7 @@ async fn drive<K, S>(
                 }
             }
             Event::Delete(obj) => {
+                let _publishing = lock(&publish);
                 writer.apply_watcher_event(&event);
                 generation.fetch_add(1, Ordering::AcqRel);
                 let _ = changes.send(Change::Deleted(Arc::new(obj.clone())));
@@ -397,11 +502,13 @@ mod tests {
 
     #[tokio::test]
     async fn relist_reports_adds_changes_and_missed_deletes() {
-        let events: Vec<Result<Event<Node>, watcher::Error>> = vec![
+        let first_list: Vec<Result<Event<Node>, watcher::Error>> = vec![
             Ok(Event::Init),
             Ok(Event::InitApply(node("a", "1"))),
             Ok(Event::InitApply(node("b", "2"))),
             Ok(Event::InitDone),
+        ];
+        let later: Vec<Result<Event<Node>, watcher::Error>> = vec![
             Ok(Event::Apply(node("a", "3"))),
             // The watch broke; the re-list no longer has "b" and "a" changed again.
             Ok(Event::Init),
@@ -411,9 +518,12 @@ mod tests {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let shutdown = CancellationToken::new();
         let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
-        let mut sub = informer.subscribe();
         let task = tokio::spawn(driver);
-        for e in events {
+        for e in first_list {
+            tx.unbounded_send(e).unwrap();
+        }
+        let mut sub = informer.subscribe().await.unwrap();
+        for e in later {
             tx.unbounded_send(e).unwrap();
         }
         let mut seen = Vec::new();
@@ -451,5 +561,59 @@ mod tests {
         );
         shutdown.cancel();
         task.await.unwrap();
+    }
+
+    /// Subscribers racing with the first list (some subscribe before it completes, some while
+    /// the informer publishes it, some after) each get every object exactly once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_subscriber_gets_the_initial_state_once() {
+        for _ in 0..20 {
+            let (tx, rx) = futures::channel::mpsc::unbounded();
+            let shutdown = CancellationToken::new();
+            let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
+            let subscribed = Arc::new(AtomicU64::new(0));
+            let subscribers: Vec<_> = (0..8)
+                .map(|i| {
+                    let (informer, subscribed) = (informer.clone(), subscribed.clone());
+                    tokio::spawn(async move {
+                        if i % 2 == 1 {
+                            tokio::task::yield_now().await;
+                        }
+                        let mut sub = informer.subscribe().await.unwrap();
+                        subscribed.fetch_add(1, Ordering::SeqCst);
+                        let mut seen: HashMap<String, usize> = HashMap::new();
+                        // "z" is applied after the list: every change before it is counted.
+                        loop {
+                            match sub.recv().await.unwrap() {
+                                Change::Applied { new, .. } if new.name_any() == "z" => break,
+                                Change::Applied { new, .. } => {
+                                    *seen.entry(new.name_any()).or_default() += 1
+                                }
+                                other => panic!("unexpected {other:?}"),
+                            }
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            let task = tokio::spawn(driver);
+            tx.unbounded_send(Ok(Event::Init)).unwrap();
+            for n in 0..50 {
+                tx.unbounded_send(Ok(Event::InitApply(node(&format!("n{n}"), "1"))))
+                    .unwrap();
+            }
+            tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+            while subscribed.load(Ordering::SeqCst) < 8 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            tx.unbounded_send(Ok(Event::Apply(node("z", "2")))).unwrap();
+            for s in subscribers {
+                let seen = s.await.unwrap();
+                assert_eq!(seen.len(), 50);
+                assert!(seen.values().all(|&n| n == 1), "{seen:?}");
+            }
+            shutdown.cancel();
+            task.await.unwrap();
+        }
     }
 }

@@ -26,18 +26,12 @@ pub async fn run_annotator(ctx: ControllerContext) -> Result<(), ControllerError
             capability: "instances_v2",
         });
     }
-    // Subscribe before reading the store, so no change falls in between.
-    let mut changes = ctx.nodes.subscribe();
-    if !ctx.wait_for_sync().await {
+    // Waits for the first list; then every Node in the store arrives once as `Applied`,
+    // followed by every change.
+    let Some(mut changes) = ctx.nodes.subscribe().await else {
         return Err(ControllerError::NotSynced("acme-annotator"));
-    }
-    let queue = ctx.queue::<String>("acme-annotator", Backoff::CONTROLLER);
-    let enqueue_all = |queue: &ccm_controllers::WorkQueue<String>| {
-        for node in ctx.nodes.list() {
-            queue.add(node.metadata.name.clone().unwrap_or_default());
-        }
     };
-    enqueue_all(&queue);
+    let queue = ctx.queue::<String>("acme-annotator", Backoff::CONTROLLER);
 
     // Informer changes -> queue.
     let feeder = {

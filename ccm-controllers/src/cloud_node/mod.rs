@@ -27,7 +27,6 @@ pub(crate) mod patch;
 pub(crate) mod plan;
 mod sync;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -120,29 +119,19 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
             capability: "instances_v2 or instances",
         });
     }
-    // Subscribe before reading the store, so no change falls in between.
-    let mut changes = ctx.nodes.subscribe();
-    let synced = tokio::select! {
+    // Every Node in the store at start arrives once on the subscription, then every change.
+    let changes = tokio::select! {
         () = ctx.shutdown.cancelled() => return Ok(()),
-        synced = ctx.nodes.wait_until_synced() => synced,
+        changes = ctx.nodes.subscribe() => changes,
     };
-    if !synced {
+    let Some(mut changes) = changes else {
         return Err(ControllerError::NotSynced(CONTROLLER_NAME));
-    }
+    };
 
     let metrics = CloudNodeMetrics::register(&ctx.metrics);
     let recorder = ctx.recorder(EVENT_COMPONENT);
     let shared = Arc::new(Shared::new(ctx.clone(), recorder, metrics));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
-    // Everything in the store now, and what it was at: the subscription also delivers the
-    // initial list (when the informer synced after we subscribed), which must not process
-    // every node a second time.
-    let mut initial: HashMap<String, Option<String>> = HashMap::new();
-    for node in ctx.nodes.list() {
-        let name = node.name_any();
-        initial.insert(name.clone(), node.resource_version());
-        queue.add(name);
-    }
     tracing::info!(
         workers = config.workers,
         status_update_frequency = ?config.status_update_frequency,
@@ -160,13 +149,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 };
                 match change {
                     None => break,
-                    Some(Change::Applied { new, .. }) => {
-                        let name = new.name_any();
-                        let seen = initial.remove(&name);
-                        if seen.is_none_or(|rv| rv != new.resource_version()) {
-                            queue.add(name);
-                        }
-                    }
+                    Some(Change::Applied { new, .. }) => queue.add(new.name_any()),
                     Some(Change::Deleted(node)) => shared.forget(&node.name_any()),
                     Some(Change::Resync) => {
                         for node in ctx.nodes.list() {
@@ -186,12 +169,16 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            // The label reconcile of the first pass is already queued: the subscription
+            // delivered every Node at start.
+            let mut first_pass = true;
             loop {
                 tokio::select! {
                     () = ctx.shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
                 let _busy = ctx.activity().begin();
+                let queue_labels = !std::mem::take(&mut first_pass);
                 let nodes = ctx.nodes.list();
                 futures::stream::iter(nodes)
                     .take_until(ctx.shutdown.cancelled())
@@ -200,7 +187,9 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                         async move {
                             shared.refresh_addresses(&node).await;
                             // And the label reconcile, as Go's UpdateNodeStatus does.
-                            queue.add(node.name_any());
+                            if queue_labels {
+                                queue.add(node.name_any());
+                            }
                         }
                     })
                     .await;

@@ -194,14 +194,15 @@ pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), Cont
     }
     check_config(&config)?;
     let metrics = RouteMetrics::register(&ctx.metrics);
-    // Subscribe before the first list so no change falls in between.
-    let changes = ctx.nodes.subscribe();
-    if !ctx.nodes.wait_until_synced().await {
-        if ctx.shutdown.is_cancelled() {
-            return Ok(());
-        }
+    let changes = tokio::select! {
+        () = ctx.shutdown.cancelled() => return Ok(()),
+        changes = ctx.nodes.subscribe() => changes,
+    };
+    let Some(mut changes) = changes else {
         return Err(ControllerError::NotSynced(CONTROLLER_NAME));
-    }
+    };
+    // The first reconcile (the ticker's, at once) covers every Node in the store at start.
+    changes.skip_initial();
     tracing::info!(
         cluster_cidrs = ?config.cluster_cidrs,
         period = ?config.reconciliation_period,
@@ -978,8 +979,10 @@ mod tests {
             crate::informer::strip_node,
             shutdown.clone(),
         );
-        let sub = informer.subscribe();
         tokio::spawn(driver);
+        tx.unbounded_send(Ok(Event::Init)).unwrap();
+        tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+        let sub = informer.subscribe().await.unwrap();
         let queue: WorkQueue<()> = WorkQueue::new("t", Backoff::CONTROLLER, None);
         let watcher = tokio::spawn(watch_nodes(
             sub,
@@ -996,8 +999,6 @@ mod tests {
             },
             ..Default::default()
         };
-        tx.unbounded_send(Ok(Event::Init)).unwrap();
-        tx.unbounded_send(Ok(Event::InitDone)).unwrap();
         for i in 0..10 {
             tx.unbounded_send(Ok(Event::Apply(node(&format!("n{i}")))))
                 .unwrap();

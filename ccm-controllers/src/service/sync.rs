@@ -40,12 +40,17 @@ struct Entry {
     /// The hosts last passed to the cloud for this Service (Go's `lastSyncedNodes`). Shared
     /// with every other Service synced against the same host set (see [`HostSet`]).
     last_hosts: Option<Arc<[HostKey]>>,
+    /// The provider answered `CloudError::Retry` for this load balancer: no node-sync update
+    /// before this instant. The full sync queued for that instant passes the then-current
+    /// hosts, so an update in between would only call the cloud before it asked to be called.
+    retry_not_before: Option<Instant>,
 }
 
 impl Entry {
     fn forget(&mut self) {
         self.handled = None;
         self.last_hosts = None;
+        self.retry_not_before = None;
     }
 
     fn is_empty(&self) -> bool {
@@ -126,16 +131,19 @@ pub(super) async fn run(
     ctx: ControllerContext,
     config: ServiceConfig,
 ) -> Result<(), ControllerError> {
-    // Subscribe before waiting for the first list so no change falls in between.
-    let service_changes = ctx.services.subscribe();
-    let node_changes = ctx.nodes.subscribe();
-    let synced = tokio::select! {
+    // Every Service in the store at start arrives once, as an add, on its subscription: each
+    // LoadBalancer Service is ensured and each pending cleanup runs, once. The Nodes at start
+    // need no node sync: every ensure passes the then-current hosts.
+    let subscriptions = tokio::select! {
         () = ctx.shutdown.cancelled() => return Ok(()),
-        synced = ctx.wait_for_sync() => synced,
+        subscriptions = async {
+            Some((ctx.services.subscribe().await?, ctx.nodes.subscribe().await?))
+        } => subscriptions,
     };
-    if !synced {
+    let Some((service_changes, mut node_changes)) = subscriptions else {
         return Err(ControllerError::NotSynced(NAME));
-    }
+    };
+    node_changes.skip_initial();
     let metrics = ServiceMetrics::register(&ctx.metrics);
     let shared = Arc::new(Shared {
         queue: ctx.queue(QUEUE_NAME, Backoff::SERVICE),
@@ -146,13 +154,6 @@ pub(super) async fn run(
         config,
         ctx,
     });
-    // Every LoadBalancer Service is ensured on start, and every pending cleanup runs (the
-    // informer's initial list also arrives as changes; the queue de-duplicates).
-    for service in shared.ctx.services.list() {
-        if plan::should_enqueue_add(&service) {
-            shared.queue.add(key_of(&service));
-        }
-    }
     tracing::info!(
         controller = NAME,
         workers = shared.config.workers,
@@ -372,10 +373,15 @@ impl Shared {
         let entry = self.entry(&key);
         let result = {
             let mut entry = entry.lock().await;
-            match self.ctx.services.get_namespaced(namespace, name) {
+            entry.retry_not_before = None;
+            let result = match self.ctx.services.get_namespaced(namespace, name) {
                 None => self.process_deletion(&mut entry).await,
                 Some(service) => self.process_create_or_update(&mut entry, service).await,
+            };
+            if let Err(Step::Retry(after)) = &result {
+                entry.retry_not_before = Some(Instant::now() + *after);
             }
+            result
         };
         drop(entry);
         self.release(&key);
@@ -577,8 +583,8 @@ impl Shared {
                 ));
             }
         }
-        match self.remove_finalizer(service).await {
-            Ok(()) => {}
+        let gone = match self.remove_finalizer(service).await {
+            Ok(gone) => gone,
             Err(RemoveFinalizer::Step(step)) => return Err(step),
             Err(RemoveFinalizer::Error(e)) => {
                 return Err(self.delete_failed(
@@ -586,9 +592,13 @@ impl Shared {
                     format!("failed to remove load balancer cleanup finalizer: {e}"),
                 ));
             }
-        }
+        };
         self.recorder
             .normal(&**service, "DeletedLoadBalancer", "Deleted load balancer");
+        if gone {
+            // Go patches the status anyway and ignores the 404.
+            return Ok(());
+        }
         match self
             .write_status(service, &LoadBalancerStatus::default())
             .await
@@ -673,32 +683,42 @@ impl Shared {
     }
 
     /// Removes the cleanup finalizer, retrying conflicts on a fresh GET. A Service that is gone
-    /// or no longer carries the finalizer is done.
-    async fn remove_finalizer(&self, service: &Arc<Service>) -> Result<(), RemoveFinalizer> {
+    /// or no longer carries the finalizer is done. Returns whether the Service is gone: it no
+    /// longer exists, was replaced, or our write removed the last finalizer of a Service being
+    /// deleted (the API server then deletes it), so there is no status left to write.
+    async fn remove_finalizer(&self, service: &Arc<Service>) -> Result<bool, RemoveFinalizer> {
         let api = self.api(&service.namespace().unwrap_or_default());
         let name = service.name_any();
         let mut current = service.clone();
         for _ in 0..MAX_CONFLICT_ATTEMPTS {
             let Some(patch) = plan::remove_finalizer_patch(&current) else {
-                return Ok(());
+                return Ok(false);
             };
             let patch = json_patch(patch).map_err(RemoveFinalizer::Error)?;
             match api
                 .patch_status(&name, &PatchParams::default(), &patch)
                 .await
             {
-                Ok(_) => return Ok(()),
-                Err(e) if is_not_found(&e) => return Ok(()),
+                Ok(updated) => {
+                    let deleted = plan::is_being_deleted(&updated)
+                        && updated
+                            .metadata
+                            .finalizers
+                            .as_ref()
+                            .is_none_or(Vec::is_empty);
+                    return Ok(deleted);
+                }
+                Err(e) if is_not_found(&e) => return Ok(true),
                 Err(e) if is_conflict(&e) => {
                     let fresh = match api.get(&name).await {
                         Ok(fresh) => Arc::new(fresh),
-                        Err(e) if is_not_found(&e) => return Ok(()),
+                        Err(e) if is_not_found(&e) => return Ok(true),
                         Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
                     };
                     if fresh.metadata.uid != service.metadata.uid {
                         // The Service we cleaned up is gone; its successor is someone else's
                         // business.
-                        return Ok(());
+                        return Ok(true);
                     }
                     if plan::decide(&fresh, true) == Decision::Ensure {
                         // It wants a load balancer again: keep the finalizer and ensure.
@@ -745,6 +765,10 @@ impl Shared {
         let (Some(handled), Some(last)) = (entry.handled.clone(), entry.last_hosts.clone()) else {
             return;
         };
+        if entry.retry_not_before.is_some_and(|t| Instant::now() < t) {
+            // A full sync is queued for when the provider asked to be called again.
+            return;
+        }
         let Some((namespace, name)) = key.split_once('/') else {
             return;
         };
@@ -798,6 +822,7 @@ impl Shared {
                 // the provider's delay.
                 self.metrics.nodesync_error.inc();
                 entry.last_hosts = Some(last);
+                entry.retry_not_before = Some(Instant::now() + after);
                 self.queue.add_after(key.to_owned(), after);
                 return;
             }
@@ -810,6 +835,7 @@ impl Shared {
             Err(CloudError::Retry { after, .. }) => {
                 self.metrics.nodesync_error.inc();
                 entry.last_hosts = Some(last);
+                entry.retry_not_before = Some(Instant::now() + after);
                 self.queue.add_after(key.to_owned(), after);
                 return;
             }
