@@ -101,12 +101,36 @@ pub async fn load_config(options: &Options) -> Result<Config, ClientError> {
 /// Builds the client from `config` with the user agent `cloud-controller-manager/<version>`,
 /// the QPS/burst token bucket and the request metrics.
 pub fn build_client(
-    mut config: Config,
+    config: Config,
     qps: f64,
     burst: u32,
     version: &str,
     metrics: &MetricsRegistry,
 ) -> Result<Client, ClientError> {
+    Ok(build_clients(config, qps, burst, version, metrics)?.controllers)
+}
+
+/// The API clients of a CCM process, built by [`build_clients`].
+#[derive(Clone)]
+pub struct Clients {
+    /// The controllers' client (informers, object writes, leader election).
+    pub controllers: Client,
+    /// The Event writer's client: its own connections and its own token bucket, so that
+    /// Event writes never queue behind, or take tokens from, the controllers' requests (a Go
+    /// CCM likewise records each controller's Events through that controller's own client).
+    pub events: Client,
+}
+
+/// Builds [`Clients`] from `config`: each as [`build_client`] builds one (same user agent,
+/// same `qps`/`burst`), with a token bucket and a connection pool each; the request metrics
+/// count both.
+pub fn build_clients(
+    mut config: Config,
+    qps: f64,
+    burst: u32,
+    version: &str,
+    metrics: &MetricsRegistry,
+) -> Result<Clients, ClientError> {
     let agent = format!("cloud-controller-manager/{version}");
     let agent = HeaderValue::from_str(&agent)
         .map_err(|e| ClientError::Build(format!("user agent {agent:?}: {e}")))?;
@@ -118,12 +142,19 @@ pub fn build_client(
         .map(|a| a.to_string())
         .unwrap_or_default();
     let metrics_layer = RequestMetricsLayer::new(host, metrics);
-    let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
-    let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-    Ok(builder
-        .with_layer(&metrics_layer)
-        .with_layer(&limit)
-        .build())
+    let build = |config: Config| -> Result<Client, ClientError> {
+        let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
+        let builder =
+            ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
+        Ok(builder
+            .with_layer(&metrics_layer)
+            .with_layer(&limit)
+            .build())
+    };
+    Ok(Clients {
+        controllers: build(config.clone())?,
+        events: build(config)?,
+    })
 }
 
 /// A tower layer applying a [`TokenBucket`] to every request.

@@ -1,28 +1,52 @@
-//! Kubernetes Events, as the Go controllers emit them (same reasons, same types), written off
-//! the reconcile path.
+//! Kubernetes Events, as the Go controllers emit them (same reasons, same types, correlated as
+//! client-go's `EventCorrelator`), written off the reconcile path.
 //!
 //! As client-go's `record.EventBroadcaster`: [`EventRecorder::normal`] and
 //! [`EventRecorder::warning`] only put the Event in a bounded queue
 //! ([`DEFAULT_QUEUE_CAPACITY`], client-go's `maxQueuedEvents`) and return; one task per process,
-//! the [`EventWriter`], writes them in order. A controller never waits for an Event write (an
-//! API request that also takes a token from the client's rate limiter), so a slow or failing
-//! events API cannot hold up node initialisation or load-balancer updates. When the queue is
-//! full the Event is dropped, as client-go drops it (`DropIfChannelFull`): counted in
+//! the [`EventWriter`], writes them. A controller never waits for an Event write, so a slow or
+//! failing events API cannot hold up node initialisation or load-balancer updates. When the
+//! queue is full the Event is dropped, as client-go drops it (`DropIfChannelFull`): counted in
 //! `event_recorder_events_total{result="dropped"}` and logged (at most one warning every 10 s).
 //!
-//! The writer publishes through kube's `Recorder`, which writes `events.k8s.io/v1` Events
-//! (shown by `kubectl describe` like core/v1 ones) and folds a repeat of the same (object,
-//! reason) within six minutes into the first Event's series (a PATCH instead of a new Event).
-//! Events are best effort and never fail a reconcile.
+//! # Correlation
+//!
+//! Before writing, the writer correlates each Event as client-go's `EventCorrelator` does (see
+//! `correlator.rs`): an identical repeat (same component, object, type, reason and note) is
+//! counted on the Event already written instead of creating another; from the tenth different
+//! note of similar Events (same component, object, type and reason) within ten minutes they
+//! are combined into one Event noted `(combined from similar events): <note>`; and per
+//! component and object a token bucket (burst 25, one more every five minutes) holds back
+//! spam, counted as `filtered`. Events are `events.k8s.io/v1` Events (shown by
+//! `kubectl describe` as core/v1 ones), named `<object>.<hex nanoseconds>` as client-go names
+//! them; a repeat is a merge PATCH of the Event's `series` (`count`, `lastObservedTime`),
+//! the `events.k8s.io/v1` form of core/v1's `count`/`lastTimestamp`. Events are best effort
+//! and never fail a reconcile.
+//!
+//! # Concurrency
+//!
+//! client-go writes one Event at a time; that managed about 40 Events/s against a real API
+//! server, too slow for the burst of a few thousand Nodes registering together. The writer
+//! keeps up to [`MAX_IN_FLIGHT`] writes in flight instead (see there why that number), each in
+//! its own task. Writes of the same Event (same correlation key) are never in flight together:
+//! a repeat recorded while its Event is being written waits, and repeats that pile up meanwhile
+//! become one PATCH with the latest count (each of them counted as `written` once it lands).
+//! Events of different objects or reasons are therefore no longer written in the order they
+//! were recorded, only those of one Event are.
+//!
+//! The runtime gives the writer its own API client (its own connections and its own
+//! `--kube-api-qps`/`--kube-api-burst` token bucket, as a Go CCM gives each controller's
+//! recorder the client of that controller), so Event writes never wait for, or take tokens
+//! from, the controllers' own requests; with at most [`MAX_IN_FLIGHT`] writes in flight they
+//! hold at most that many connections.
 //!
 //! # Retries
 //!
 //! As client-go's `recordToSink`, a failed write is tried again, up to [`MAX_TRIES_PER_EVENT`]
 //! tries in all, sleeping [`DEFAULT_SLEEP_DURATION`] between tries; the first sleep is a random
 //! fraction of it, so that many processes do not retry in step after an API server outage
-//! (both are configurable with [`EventWriter::with_retries`]). As in client-go the retries are
-//! made inline by the single writer: the Events queued behind a retrying one wait (at most
-//! tries × sleep), so Events stay in order. Each further attempt is counted in
+//! (both are configurable with [`EventWriter::with_retries`]). A retrying write keeps its slot:
+//! the other writes go on in the remaining ones. Each further attempt is counted in
 //! `event_recorder_events_total{result="retried"}`; an Event given up on counts once as
 //! `failed`.
 //!
@@ -34,8 +58,9 @@
 //! 504, so a 500 (an etcd timeout, say) would otherwise lose the Event. Every other `4xx` is
 //! final, as in client-go: `409 AlreadyExists`, `400`/`422` (an invalid Event), `403` (no
 //! permission, or the namespace is terminating), `404` on a create (the namespace is gone). A
-//! `404` on the PATCH of a series means the series' first Event is gone: as client-go, the
-//! writer creates the Event anew at once (that attempt counts as `retried`, not as a try).
+//! `404` on the PATCH of a repeat means the Event is gone (deleted, or expired on the server):
+//! as client-go, the writer creates it anew at once, under the same name and with its count
+//! (that attempt counts as `retried`, not as a try).
 //!
 //! # Shutdown
 //!
@@ -44,22 +69,29 @@
 //! not made (so retries never extend shutdown). An Event the server already refused at least
 //! once and that is given up on this way counts as `failed`; an Event never (fully) attempted
 //! counts as `dropped`, as do the Events still queued.
+mod correlator;
+
 use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::events::EventType;
 use kube::{Client, Resource};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::MetricsRegistry;
+use correlator::{Correlated, Correlator, Write};
 
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
 pub const DEFAULT_QUEUE_CAPACITY: usize = 1000;
@@ -72,12 +104,15 @@ pub const MAX_TRIES_PER_EVENT: u32 = 12;
 /// (client-go's `defaultSleepDuration`).
 pub const DEFAULT_SLEEP_DURATION: Duration = Duration::from_secs(10);
 
-/// kube's `Recorder` keeps every Event it wrote in the last six minutes (its `CACHE_TTL`) to
-/// fold repeats into a series; entries are evicted only by age, when it publishes.
-const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
-/// Distinct (object, reason) series kept per component before the `Recorder` is replaced by a
-/// fresh one (its cache with it). Go's event correlator keeps an LRU of 4,096 entries.
-const SERIES_CACHE_ENTRIES: usize = 4096;
+/// Event writes in flight at most. Thirty-two: Events must keep pace with the controllers that
+/// record them, or the queue overflows. A node burst records one `Synced` per Node at the rate
+/// the node workers initialise them (the in-process benchmark: 250 Nodes/s for 20 s, with
+/// writes taking about 100 ms on its overloaded 2 cores, where 16 in flight drained about
+/// 170 Events/s and dropped 661 of 5,000). At the 20-30 ms a write takes on a real
+/// kube-apiserver, 32 are over 1,000 Events/s; yet they are under a sixth of kube-apiserver's
+/// default `--max-mutating-requests-inflight` (200), and a third of the node workers' writes.
+pub const MAX_IN_FLIGHT: usize = 32;
+
 /// At most one warning per this interval about dropped or failed Events.
 const LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -93,6 +128,8 @@ struct Queued {
     reason: String,
     note: String,
     regarding: ObjectReference,
+    /// When it was recorded.
+    at: Timestamp,
 }
 
 /// Logs at most once per [`LOG_INTERVAL`], counting what it kept quiet about.
@@ -186,12 +223,12 @@ impl EventBroadcaster {
         let capacity = capacity.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let counts = Family::<ResultLabel, Counter>::default();
-        for result in ["written", "retried", "failed", "dropped"] {
+        for result in ["written", "retried", "failed", "dropped", "filtered"] {
             let _ = counts.get_or_create(&ResultLabel { result });
         }
         metrics.register(
             "event_recorder_events",
-            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written)",
+            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written), filtered (held back by the per-object spam filter, as client-go's)",
             counts.clone(),
         );
         let shared = Arc::new(Shared {
@@ -205,10 +242,10 @@ impl EventBroadcaster {
             client,
             instance: instance.to_owned(),
             shared: shared.clone(),
-            series: HashMap::new(),
-            fail_log: LogLimiter::default(),
+            correlator: Correlator::default(),
             max_tries: MAX_TRIES_PER_EVENT,
             sleep: DEFAULT_SLEEP_DURATION,
+            max_in_flight: MAX_IN_FLIGHT,
         };
         (EventBroadcaster { shared }, writer)
     }
@@ -281,6 +318,7 @@ impl EventRecorder {
             reason: reason.to_owned(),
             note,
             regarding: object.object_ref(&()),
+            at: Timestamp::now(),
         };
         match self.shared.tx.try_send(queued) {
             Ok(()) => {}
@@ -294,26 +332,18 @@ impl EventRecorder {
     }
 }
 
-/// kube's `Recorder` of one component, and the series keys it holds (kube does not expose
-/// its cache's size, so the writer mirrors it to bound it).
-struct Series {
-    recorder: Recorder,
-    /// Hash of the series key → when it was last written.
-    seen: HashMap<u64, Instant>,
-}
-
-/// Writes the queued Events, in order, one at a time (as client-go's single recording
-/// goroutine), retrying failed writes (see the module documentation). Spawn
-/// [`EventWriter::run`] once per [`EventBroadcaster`].
+/// Writes the queued Events: correlates each one (see the module documentation) and keeps up
+/// to [`MAX_IN_FLIGHT`] writes in flight, retrying failed ones. Spawn [`EventWriter::run`]
+/// once per [`EventBroadcaster`].
 pub struct EventWriter {
     rx: mpsc::Receiver<Queued>,
     client: Client,
     instance: String,
     shared: Arc<Shared>,
-    series: HashMap<Arc<str>, Series>,
-    fail_log: LogLimiter,
+    correlator: Correlator,
     max_tries: u32,
     sleep: Duration,
+    max_in_flight: usize,
 }
 
 impl std::fmt::Debug for EventWriter {
@@ -322,7 +352,65 @@ impl std::fmt::Debug for EventWriter {
             .field("instance", &self.instance)
             .field("max_tries", &self.max_tries)
             .field("sleep", &self.sleep)
+            .field("max_in_flight", &self.max_in_flight)
             .finish_non_exhaustive()
+    }
+}
+
+/// One write: the Event as recorded (its latest observation) and what the correlator made
+/// of it.
+struct Job {
+    queued: Queued,
+    write: Write,
+    /// Recorded Events this write stands for (repeats that piled up while the Event was
+    /// being written are folded into one write).
+    observations: u64,
+}
+
+/// The writes in flight, and per correlation key the repeat waiting for its Event's write to
+/// finish.
+#[derive(Default)]
+struct InFlight {
+    tasks: JoinSet<()>,
+    keys: HashMap<Id, u64>,
+    waiting: HashMap<u64, Option<Job>>,
+}
+
+impl InFlight {
+    fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    fn start(&mut self, writes: &Arc<Writes>, job: Job) {
+        let key = job.write.key;
+        let handle = self.tasks.spawn(writes.clone().write(job));
+        self.keys.insert(handle.id(), key);
+        self.waiting.insert(key, None);
+    }
+
+    /// Starts `job`, or folds it into the repeat waiting for its Event's write.
+    fn add(&mut self, writes: &Arc<Writes>, mut job: Job) {
+        match self.waiting.get_mut(&job.write.key) {
+            None => self.start(writes, job),
+            Some(waiting) => {
+                if let Some(earlier) = waiting.take() {
+                    job.observations += earlier.observations;
+                }
+                *waiting = Some(job);
+            }
+        }
+    }
+
+    /// Waits for a write to finish; returns the repeat that waited for it, if any (`None`
+    /// also when nothing is in flight).
+    async fn finished(&mut self) -> Option<Job> {
+        let id = match self.tasks.join_next_with_id().await? {
+            Ok((id, ())) => id,
+            // The write task panicked or was aborted; its slot and key are free again.
+            Err(e) => e.id(),
+        };
+        let key = self.keys.remove(&id)?;
+        self.waiting.remove(&key).flatten()
     }
 }
 
@@ -336,39 +424,77 @@ impl EventWriter {
         self
     }
 
+    /// Keeps at most `n` writes in flight (at least 1). Default: [`MAX_IN_FLIGHT`].
+    pub fn with_max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+
     /// Writes queued Events until `stop` fires; then writes what is still queued for at most
-    /// `flush_timeout` (a write in flight or retrying when `stop` fires gets the same deadline)
+    /// `flush_timeout` (writes in flight or retrying when `stop` fires get the same deadline)
     /// and returns. Events left over, and Events recorded afterwards, are dropped and counted.
     pub async fn run(mut self, stop: CancellationToken, flush_timeout: Duration) {
-        let mut deadline: Option<Instant> = None;
-        while deadline.is_none() {
-            let queued = tokio::select! {
+        // Also fired here when every sender is gone, so the writes in flight get the deadline.
+        let stop = stop.child_token();
+        let writes = Arc::new(Writes {
+            client: self.client.clone(),
+            instance: self.instance.clone(),
+            shared: self.shared.clone(),
+            fail_log: Mutex::new(LogLimiter::default()),
+            max_tries: self.max_tries,
+            sleep: self.sleep,
+            stop: stop.clone(),
+            flush_timeout,
+            flush_deadline: OnceLock::new(),
+        });
+        let mut flight = InFlight::default();
+        loop {
+            tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                queued = self.rx.recv() => match queued {
-                    Some(queued) => queued,
-                    // Every sender is gone: nothing can be queued any more.
-                    None => return,
-                },
-                // Idle for longer than kube's series TTL: every cached entry has expired, so
-                // fresh recorders behave the same and the memory is returned.
-                () = tokio::time::sleep(SERIES_TTL), if !self.series.is_empty() => {
-                    self.series.clear();
-                    continue;
+                waiting = flight.finished(), if flight.len() > 0 => {
+                    if let Some(waiting) = waiting {
+                        flight.add(&writes, waiting);
+                    }
                 }
-            };
-            self.write(queued, &stop, flush_timeout, &mut deadline)
-                .await;
+                queued = self.rx.recv(), if flight.len() < self.max_in_flight => match queued {
+                    Some(queued) => self.dispatch(queued, &writes, &mut flight),
+                    // Every sender is gone: nothing can be queued any more.
+                    None => {
+                        stop.cancel();
+                        break;
+                    }
+                },
+            }
         }
-        let deadline = deadline.unwrap_or_else(|| Instant::now() + flush_timeout);
+        let deadline = writes.deadline();
         let mut flushed = 0u64;
         while Instant::now() < deadline {
-            let Ok(queued) = self.rx.try_recv() else {
-                break;
-            };
-            self.write(queued, &stop, flush_timeout, &mut Some(deadline))
-                .await;
-            flushed += 1;
+            if flight.len() < self.max_in_flight {
+                if let Ok(queued) = self.rx.try_recv() {
+                    self.dispatch(queued, &writes, &mut flight);
+                    flushed += 1;
+                    continue;
+                }
+                if flight.len() == 0 {
+                    break;
+                }
+            }
+            tokio::select! {
+                waiting = flight.finished() => {
+                    if let Some(waiting) = waiting {
+                        flight.add(&writes, waiting);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        // The writes still in flight end at the deadline by themselves (and count
+        // themselves); the repeats waiting for them are not written.
+        while flight.len() > 0 {
+            if let Some(waiting) = flight.finished().await {
+                self.shared.count("dropped", waiting.observations);
+            }
         }
         self.rx.close();
         let mut left = 0u64;
@@ -387,32 +513,61 @@ impl EventWriter {
         }
     }
 
-    /// Writes one Event, retrying as the module documentation says. Without a `deadline` the
-    /// write runs until done unless `stop` fires, which sets the deadline to now +
-    /// `flush_timeout`; with one, an attempt is abandoned when it passes and no retry sleep
-    /// goes past it.
-    async fn write(
-        &mut self,
-        queued: Queued,
-        stop: &CancellationToken,
-        flush_timeout: Duration,
-        deadline: &mut Option<Instant>,
-    ) {
-        let key = series_key(&queued);
+    /// Correlates `queued` and starts (or folds) its write, unless the spam filter holds it.
+    fn dispatch(&mut self, queued: Queued, writes: &Arc<Writes>, flight: &mut InFlight) {
+        match self.correlator.correlate(&queued, queued.at) {
+            Correlated::Filtered => {
+                self.shared.count("filtered", 1);
+                tracing::debug!(
+                    component = %queued.component,
+                    reason = %queued.reason,
+                    object = queued.regarding.name.as_deref().unwrap_or_default(),
+                    "event held back by the spam filter"
+                );
+            }
+            Correlated::Write(write) => flight.add(
+                writes,
+                Job {
+                    queued,
+                    write,
+                    observations: 1,
+                },
+            ),
+        }
+    }
+}
+
+/// What the write tasks share.
+struct Writes {
+    client: Client,
+    instance: String,
+    shared: Arc<Shared>,
+    fail_log: Mutex<LogLimiter>,
+    max_tries: u32,
+    sleep: Duration,
+    stop: CancellationToken,
+    flush_timeout: Duration,
+    /// Set once, by whoever first sees `stop` fire: `flush_timeout` after that.
+    flush_deadline: OnceLock<Instant>,
+}
+
+impl Writes {
+    /// The flush deadline (call only once `stop` fired).
+    fn deadline(&self) -> Instant {
+        *self
+            .flush_deadline
+            .get_or_init(|| Instant::now() + self.flush_timeout)
+    }
+
+    /// Writes one Event, retrying as the module documentation says, and counts the outcome.
+    async fn write(self: Arc<Self>, job: Job) {
+        let mut create = job.write.count <= 1;
         let mut tries = 0u32;
         let mut attempted = false;
         loop {
-            let recorder = self.recorder_for(&queued.component, key);
-            let patching = self
-                .series
-                .get(&queued.component)
-                .is_some_and(|s| s.seen.contains_key(&key));
-            let Some(result) = self
-                .attempt(recorder, &queued, stop, flush_timeout, deadline)
-                .await
-            else {
+            let Some(result) = self.attempt(&job, create).await else {
                 self.abandoned(
-                    &queued,
+                    &job,
                     attempted,
                     "abandoned an event write at the flush deadline",
                 );
@@ -421,31 +576,25 @@ impl EventWriter {
             attempted = true;
             let error = match result {
                 Ok(()) => {
-                    self.shared.count("written", 1);
-                    if let Some(series) = self.series.get_mut(&queued.component) {
-                        series.seen.insert(key, Instant::now());
-                    }
+                    self.shared.count("written", job.observations);
                     return;
                 }
                 Err(error) => error,
             };
-            if matches!(&error, kube::Error::Api(s) if s.is_not_found()) {
-                // The series' first Event is gone (deleted, or expired on the server): kube
-                // would keep patching it until its cache entry expires. Start over.
-                self.series.remove(&queued.component);
-                if patching {
-                    // client-go creates the Event anew in the same try.
-                    self.shared.count("retried", 1);
-                    continue;
-                }
+            if !create && matches!(&error, kube::Error::Api(s) if s.is_not_found()) {
+                // The Event the repeat counts on is gone: as client-go, create it anew (same
+                // name, same count) in the same try.
+                create = true;
+                self.shared.count("retried", 1);
+                continue;
             }
             tries += 1;
             if !retryable(&error) {
-                self.failed(&queued, &error, "will not retry");
+                self.failed(&job, &error, "will not retry");
                 return;
             }
             if tries >= self.max_tries {
-                self.failed(&queued, &error, "retry limit exceeded");
+                self.failed(&job, &error, "retry limit exceeded");
                 return;
             }
             // Randomise the first sleep, as client-go, so that clients do not retry in step.
@@ -455,80 +604,100 @@ impl EventWriter {
                 self.sleep
             };
             let wake = Instant::now() + delay;
-            if deadline.is_none() {
+            if !self.stop.is_cancelled() {
+                let max_tries = self.max_tries;
+                self.warn_failure(
+                    &job,
+                    &error,
+                    format_args!("retrying in {delay:?} (try {tries} of {max_tries})"),
+                );
                 tokio::select! {
                     biased;
                     () = tokio::time::sleep_until(wake) => {}
-                    () = stop.cancelled() => *deadline = Some(Instant::now() + flush_timeout),
+                    () = self.stop.cancelled() => {}
                 }
             }
-            if deadline.is_some_and(|d| wake > d) {
-                self.failed(
-                    &queued,
-                    &error,
-                    "the flush deadline comes before the next try",
-                );
+            if self.stop.is_cancelled() && wake > self.deadline() {
+                self.failed(&job, &error, "the flush deadline comes before the next try");
                 return;
             }
-            let max_tries = self.max_tries;
-            self.warn_failure(
-                &queued,
-                &error,
-                format_args!("retrying in {delay:?} (try {tries} of {max_tries})"),
-            );
             tokio::time::sleep_until(wake).await;
             self.shared.count("retried", 1);
         }
     }
 
-    /// One publish of `queued`; `None` when it was abandoned at the deadline.
-    async fn attempt(
-        &self,
-        recorder: Recorder,
-        queued: &Queued,
-        stop: &CancellationToken,
-        flush_timeout: Duration,
-        deadline: &mut Option<Instant>,
-    ) -> Option<Result<(), kube::Error>> {
-        let event = Event {
-            type_: queued.type_,
-            reason: queued.reason.clone(),
-            note: Some(queued.note.clone()),
-            action: queued.reason.clone(),
-            secondary: None,
-        };
-        let regarding = queued.regarding.clone();
-        let publish = async move { recorder.publish(&event, &regarding).await };
+    /// One write of `job` (a create, or a PATCH of the series); `None` when it was abandoned
+    /// at the flush deadline.
+    async fn attempt(&self, job: &Job, create: bool) -> Option<Result<(), kube::Error>> {
+        let publish = self.publish(job, create);
         tokio::pin!(publish);
-        match *deadline {
-            Some(d) => tokio::time::timeout_at(d, publish).await.ok(),
-            None => tokio::select! {
-                biased;
-                result = &mut publish => Some(result),
-                () = stop.cancelled() => {
-                    let d = Instant::now() + flush_timeout;
-                    *deadline = Some(d);
-                    tokio::time::timeout_at(d, publish).await.ok()
-                }
-            },
+        if self.stop.is_cancelled() {
+            return tokio::time::timeout_at(self.deadline(), publish).await.ok();
+        }
+        tokio::select! {
+            biased;
+            result = &mut publish => Some(result),
+            () = self.stop.cancelled() => {
+                tokio::time::timeout_at(self.deadline(), publish).await.ok()
+            }
         }
     }
 
-    /// Counts and logs an Event given up on after a failed attempt.
-    fn failed(&mut self, queued: &Queued, error: &kube::Error, why: &str) {
-        self.shared.count("failed", 1);
-        self.warn_failure(queued, error, format_args!("{why}"));
+    async fn publish(&self, job: &Job, create: bool) -> Result<(), kube::Error> {
+        let Job { queued, write, .. } = job;
+        let namespace = queued.regarding.namespace.as_deref().unwrap_or("default");
+        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let series = (write.count > 1).then_some(EventSeries {
+            count: write.count,
+            last_observed_time: MicroTime(write.last),
+        });
+        if !create {
+            let patch = serde_json::json!({ "series": series });
+            api.patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            return Ok(());
+        }
+        let type_ = match queued.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let event = K8sEvent {
+            metadata: ObjectMeta {
+                name: Some(write.name.clone()),
+                namespace: Some(namespace.to_owned()),
+                ..ObjectMeta::default()
+            },
+            event_time: Some(MicroTime(write.first)),
+            series,
+            type_: Some(type_.to_owned()),
+            reason: Some(queued.reason.clone()),
+            action: Some(queued.reason.clone()),
+            note: Some(write.note.clone()),
+            regarding: Some(queued.regarding.clone()),
+            reporting_controller: Some(queued.component.to_string()),
+            reporting_instance: Some(self.instance.clone()),
+            ..K8sEvent::default()
+        };
+        api.create(&PostParams::default(), &event).await?;
+        Ok(())
     }
 
-    /// Logs a failed write of `queued` and what happens to it next (`outcome`), at most once
+    /// Counts and logs an Event given up on after a failed attempt.
+    fn failed(&self, job: &Job, error: &kube::Error, why: &str) {
+        self.shared.count("failed", job.observations);
+        self.warn_failure(job, error, format_args!("{why}"));
+    }
+
+    /// Logs a failed write of `job` and what happens to it next (`outcome`), at most once
     /// per [`LOG_INTERVAL`]: the failures in between are only counted.
-    fn warn_failure(
-        &mut self,
-        queued: &Queued,
-        error: &kube::Error,
-        outcome: std::fmt::Arguments<'_>,
-    ) {
-        if let Some(suppressed) = self.fail_log.allow() {
+    fn warn_failure(&self, job: &Job, error: &kube::Error, outcome: std::fmt::Arguments<'_>) {
+        let due = self
+            .fail_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .allow();
+        if let Some(suppressed) = due {
+            let queued = &job.queued;
             tracing::warn!(
                 component = %queued.component,
                 reason = %queued.reason,
@@ -542,46 +711,18 @@ impl EventWriter {
 
     /// Counts and logs an Event whose write was cut short by the flush deadline: `failed` if
     /// an earlier attempt had failed, else `dropped`.
-    fn abandoned(&self, queued: &Queued, attempted: bool, why: &str) {
-        self.shared
-            .count(if attempted { "failed" } else { "dropped" }, 1);
+    fn abandoned(&self, job: &Job, attempted: bool, why: &str) {
+        self.shared.count(
+            if attempted { "failed" } else { "dropped" },
+            job.observations,
+        );
+        let queued = &job.queued;
         tracing::warn!(
             component = %queued.component,
             reason = %queued.reason,
             object = queued.regarding.name.as_deref().unwrap_or_default(),
             "{why}"
         );
-    }
-
-    /// The component's recorder, replaced by a fresh one when writing a new series would take
-    /// its cache past [`SERIES_CACHE_ENTRIES`].
-    fn recorder_for(&mut self, component: &Arc<str>, key: u64) -> Recorder {
-        let now = Instant::now();
-        let (client, instance) = (&self.client, &self.instance);
-        let fresh = || Series {
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: component.to_string(),
-                    instance: Some(instance.clone()),
-                },
-            ),
-            seen: HashMap::new(),
-        };
-        let series = self.series.entry(component.clone()).or_insert_with(fresh);
-        // The same eviction kube's Recorder runs on its cache before each publish.
-        series
-            .seen
-            .retain(|_, written| now.duration_since(*written) < SERIES_TTL);
-        if !series.seen.contains_key(&key) && series.seen.len() >= SERIES_CACHE_ENTRIES {
-            tracing::debug!(
-                component = %component,
-                entries = series.seen.len(),
-                "event series cache full; starting a fresh one"
-            );
-            *series = fresh();
-        }
-        series.recorder.clone()
     }
 }
 
@@ -594,17 +735,6 @@ fn retryable(error: &kube::Error) -> bool {
         kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => false,
         _ => true,
     }
-}
-
-/// The fields of kube's series key that vary within one component's recorder: type, reason
-/// (also the action) and the object (reporter and the absent related object are the same).
-fn series_key(queued: &Queued) -> u64 {
-    let mut h = DefaultHasher::new();
-    matches!(queued.type_, EventType::Warning).hash(&mut h);
-    queued.reason.hash(&mut h);
-    let r = &queued.regarding;
-    (&r.api_version, &r.kind, &r.name, &r.namespace, &r.uid).hash(&mut h);
-    h.finish()
 }
 
 #[cfg(test)]
@@ -620,72 +750,5 @@ mod tests {
         tokio::time::advance(LOG_INTERVAL).await;
         assert_eq!(l.allow(), Some(2));
         assert_eq!(l.allow(), None);
-    }
-
-    fn queued(reason: &str, name: &str, uid: &str) -> Queued {
-        Queued {
-            component: Arc::from("c"),
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: "note".into(),
-            regarding: ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(name.into()),
-                uid: Some(uid.into()),
-                ..ObjectReference::default()
-            },
-        }
-    }
-
-    #[test]
-    fn the_series_key_follows_type_reason_and_object_but_not_the_note() {
-        let a = queued("Synced", "n1", "u1");
-        let mut other_note = queued("Synced", "n1", "u1");
-        other_note.note = "other".into();
-        assert_eq!(series_key(&a), series_key(&other_note));
-        let mut warning = queued("Synced", "n1", "u1");
-        warning.type_ = EventType::Warning;
-        assert_ne!(series_key(&a), series_key(&warning));
-        assert_ne!(
-            series_key(&a),
-            series_key(&queued("SyncFailed", "n1", "u1"))
-        );
-        assert_ne!(series_key(&a), series_key(&queued("Synced", "n2", "u1")));
-        assert_ne!(series_key(&a), series_key(&queued("Synced", "n1", "u2")));
-    }
-
-    #[tokio::test]
-    async fn a_full_series_cache_starts_a_fresh_recorder_and_expired_entries_do_not_count() {
-        let client =
-            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let metrics = MetricsRegistry::new();
-        let (_events, mut writer) = EventBroadcaster::new(client, "test", &metrics);
-        let component: Arc<str> = Arc::from("c");
-        let _ = writer.recorder_for(&component, 0);
-        let now = Instant::now();
-        let full: HashMap<u64, Instant> =
-            (0..SERIES_CACHE_ENTRIES as u64).map(|k| (k, now)).collect();
-        let seen = |w: &EventWriter| w.series.get(&component).unwrap().seen.len();
-
-        // A repeat of a cached series keeps the cache (and so its folding).
-        writer.series.get_mut(&component).unwrap().seen = full.clone();
-        let _ = writer.recorder_for(&component, 7);
-        assert_eq!(seen(&writer), SERIES_CACHE_ENTRIES);
-        // A new series at the bound: a fresh recorder with an empty cache.
-        let _ = writer.recorder_for(&component, u64::MAX);
-        assert_eq!(seen(&writer), 0);
-
-        // Entries older than kube's TTL are evicted first, as kube evicts them.
-        let old = now.checked_sub(SERIES_TTL).unwrap();
-        let mut stale = full;
-        for (k, t) in stale.iter_mut() {
-            if *k % 2 == 0 {
-                *t = old;
-            }
-        }
-        writer.series.get_mut(&component).unwrap().seen = stale;
-        let _ = writer.recorder_for(&component, u64::MAX);
-        assert_eq!(seen(&writer), SERIES_CACHE_ENTRIES / 2);
     }
 }

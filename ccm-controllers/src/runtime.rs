@@ -607,7 +607,8 @@ where
         let config = crate::client::load_config(&options)
             .await
             .map_err(|e| fail(format_args!("{e}")))?;
-        let client = crate::client::build_client(
+        // The Event writer gets a client of its own (see `crate::events`).
+        let clients = crate::client::build_clients(
             config,
             options.kube.kube_api_qps,
             options.kube.kube_api_burst,
@@ -615,6 +616,7 @@ where
             &metrics,
         )
         .map_err(|e| fail(format_args!("{e}")))?;
+        let client = clients.controllers;
 
         // 7. Serving.
         let election = options.leader_election.leader_elect;
@@ -681,6 +683,7 @@ where
             options: Arc::new(options),
             vendor: Arc::new(vendor),
             client,
+            event_client: clients.events,
             budgeted,
             metrics,
             workqueue_metrics,
@@ -803,6 +806,7 @@ struct LeadEnv {
     options: Arc<Options>,
     vendor: Arc<dyn Any + Send + Sync>,
     client: Client,
+    event_client: Client,
     budgeted: Arc<BudgetedProvider>,
     metrics: Arc<MetricsRegistry>,
     workqueue_metrics: WorkQueueMetrics,
@@ -845,7 +849,7 @@ impl LeadEnv {
         // One Event writer for the process. It stops after the controllers drained (not with
         // `work`), so the Events of their last in-flight work are flushed too.
         let (events, event_writer) =
-            EventBroadcaster::new(self.client.clone(), &self.identity, &self.metrics);
+            EventBroadcaster::new(self.event_client.clone(), &self.identity, &self.metrics);
         let events_stop = CancellationToken::new();
         let event_writer = AbortOnDropHandle::new(tokio::spawn(
             event_writer.run(events_stop.clone(), DEFAULT_FLUSH_TIMEOUT),

@@ -1,7 +1,9 @@
-//! Events are queued and written by one task: recording never waits for the events API, the
-//! queue is bounded (overflow is dropped and counted), failed writes are retried as client-go
-//! retries them (in order, up to the last try, not on errors a retry cannot fix), and stopping
-//! flushes what is queued within a deadline that retries do not extend.
+//! Events are queued and written by one writer with a bounded number of writes in flight:
+//! recording never waits for the events API, the queue is bounded (overflow is dropped and
+//! counted), Events are correlated as client-go's `EventCorrelator` (identical ones counted on
+//! one Event, similar ones combined, spam held back), failed writes are retried as client-go
+//! retries them (up to the last try, not on errors a retry cannot fix), and stopping flushes
+//! what is queued within a deadline that retries do not extend.
 //!
 //! The controller tests make every Event write hang: the in-process API server answers the
 //! next Event create with `429` and `Retry-After: 3600`, which kube's client honours by waiting
@@ -16,7 +18,9 @@ mod service_common;
 use std::time::Duration;
 
 use ccm_controllers::cloud_node::{self, CloudNodeConfig};
-use ccm_controllers::events::{EventBroadcaster, EventRecorder, EventWriter, MAX_TRIES_PER_EVENT};
+use ccm_controllers::events::{
+    EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT, MAX_TRIES_PER_EVENT,
+};
 use ccm_controllers::{Builder, ControllerContext, MetricsRegistry};
 use ccm_testing::TestCluster;
 use ccm_testing::apiserver::ApiServer;
@@ -265,7 +269,6 @@ async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
     server.fail_next("create", "events", 1, 429, Some(HANG));
     t.recorder
         .normal(&t.object, "Hangs", "the first write hangs");
-    t.recorder.normal(&t.object, "Waits", "queued behind it");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_millis(200)));
     // The first write is in flight (answered 429, the client waits an hour to retry).
@@ -278,15 +281,19 @@ async fn a_hung_write_is_abandoned_at_the_flush_deadline_and_counted() {
         })
         .await
     );
+    // Another Event is written meanwhile: the hung write holds one slot, not the writer.
+    t.recorder.normal(&t.object, "Passes", "written beside it");
+    let written = t.wait_events(1).await;
+    assert_eq!(reasons(&written), ["Passes"]);
     stop.cancel();
     // Bounded by the flush deadline, not by the hour.
     tokio::time::timeout(WAIT, task)
         .await
         .expect("the writer stops at the flush deadline")
         .unwrap();
-    assert_eq!(t.counted("dropped"), 2);
-    assert_eq!(t.counted("written"), 0);
-    assert!(t.events_now().await.is_empty());
+    assert_eq!(t.counted("dropped"), 1);
+    assert_eq!(t.counted("written"), 1);
+    assert_eq!(reasons(&t.events_now().await), ["Passes"]);
     t.cluster.cleanup().await;
 }
 
@@ -303,18 +310,8 @@ fn event_creates(server: &ApiServer) -> Vec<u16> {
         .collect()
 }
 
-fn resource_version(event: &Event) -> u64 {
-    event
-        .metadata
-        .resource_version
-        .as_deref()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test]
-async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones() {
+async fn a_server_error_is_retried_and_does_not_hold_up_other_events() {
     let (t, writer) = WriterTest::start(None).await;
     let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection
@@ -323,26 +320,18 @@ async fn a_server_error_is_retried_and_the_event_written_once_before_later_ones(
     server.fail_next("create", "events", 1, 500, None);
     t.recorder
         .normal(&t.object, "First", "refused once with 500");
-    t.recorder.normal(&t.object, "Second", "queued behind it");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    t.wait_counted("written", 1).await;
+    t.recorder.normal(&t.object, "Second", "recorded after it");
 
     let written = t.wait_events(2).await;
     assert_eq!(reasons(&written), ["First", "Second"], "{written:#?}");
     t.wait_counted("written", 2).await;
     assert_eq!(t.counted("retried"), 1);
     assert_eq!(t.counted("failed"), 0);
-    // One refused create, its retry, then the Event queued behind it: in order.
+    // One refused create and its retry; each Event written once.
     assert_eq!(event_creates(server), [500, 201, 201]);
-    let first = written
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("First"))
-        .unwrap();
-    let second = written
-        .iter()
-        .find(|e| e.reason.as_deref() == Some("Second"))
-        .unwrap();
-    assert!(resource_version(first) < resource_version(second));
 
     stop.cancel();
     task.await.unwrap();
@@ -416,7 +405,8 @@ async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
     let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
-    t.recorder.normal(&t.object, "Synced", "first");
+    t.recorder
+        .normal(&t.object, "Synced", "Node synced successfully");
     let first = t.wait_events(1).await;
     let api: Api<Event> = Api::namespaced(t.cluster.client(), &t.ns);
     api.delete(
@@ -426,11 +416,14 @@ async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
     .await
     .unwrap();
     assert!(eventually(WAIT, || async { t.events_now().await.is_empty() }).await);
-    // The repeat's PATCH of the series meets 404: as client-go, the Event is created anew.
-    t.recorder.normal(&t.object, "Synced", "again");
+    // The repeat's PATCH of the series meets 404: as client-go, the Event is created anew,
+    // under its name and with its count.
+    t.recorder
+        .normal(&t.object, "Synced", "Node synced successfully");
     let again = t.wait_events(1).await;
     assert_eq!(reasons(&again), ["Synced"]);
-    assert_ne!(again[0].metadata.name, first[0].metadata.name);
+    assert_eq!(again[0].metadata.name, first[0].metadata.name);
+    assert_eq!(again[0].series.as_ref().map(|s| s.count), Some(2));
     t.wait_counted("written", 2).await;
     assert_eq!(t.counted("retried"), 1);
     assert_eq!(t.counted("failed"), 0);
@@ -458,8 +451,8 @@ async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_th
     // queued behind) meet no fault.
     server.fail_next("patch", "events", 2, 500, None);
     t.recorder
-        .normal(&t.object, "Retrying", "refused, then waits to retry");
-    t.recorder.normal(&t.object, "Queued", "queued behind it");
+        .normal(&t.object, "Retrying", "written, then its repeat is refused");
+    t.recorder.normal(&t.object, "Queued", "written meanwhile");
     assert!(
         eventually(WAIT, || async {
             server
@@ -475,13 +468,178 @@ async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_th
         .await
         .expect("the writer stops at the flush deadline")
         .unwrap();
-    // The retrying Event is given up on (it was refused); the one behind it is flushed.
+    // The retrying Event is given up on (it was refused); the other one is written.
     assert_eq!(t.counted("failed"), 1);
     assert_eq!(t.counted("dropped"), 0);
     assert_eq!(t.counted("written"), 2);
     let written = t.events_now().await;
     assert_eq!(reasons(&written), ["Queued", "Retrying"], "{written:#?}");
     assert!(written.iter().all(|e| e.series.is_none()), "{written:#?}");
+    t.cluster.cleanup().await;
+}
+
+/// Object `i` of a burst: each its own Event (the spam filter allows 25 per object).
+fn burst_subject(t: &WriterTest, i: usize) -> Service {
+    subject(&t.ns, &format!("{}-{i}", t.name))
+}
+
+/// All Events in the test's namespace.
+async fn all_events(t: &WriterTest) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(t.cluster.client(), &t.ns);
+    api.list(&ListParams::default()).await.unwrap().items
+}
+
+#[tokio::test]
+async fn a_burst_as_large_as_the_queue_is_written_in_full() {
+    let (t, writer) = WriterTest::start(None).await;
+    let n = t.events.capacity();
+    // Queued before the writer runs: the whole queue at once, nothing dropped.
+    for i in 0..n {
+        t.recorder
+            .normal(&burst_subject(&t, i), "Synced", "Node synced successfully");
+    }
+    assert_eq!(t.events.queued(), n);
+    assert_eq!(t.counted("dropped"), 0);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    t.wait_counted("written", n as u64).await;
+    let events = all_events(&t).await;
+    assert_eq!(events.len(), n);
+    let mut objects: Vec<String> = events
+        .iter()
+        .map(|e| e.regarding.as_ref().unwrap().name.clone().unwrap())
+        .collect();
+    objects.sort();
+    objects.dedup();
+    assert_eq!(objects.len(), n, "one Event per object");
+    assert_eq!(t.counted("dropped"), 0);
+    assert_eq!(t.counted("failed"), 0);
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_writer_keeps_max_in_flight_writes_in_flight() {
+    let (t, writer) = WriterTest::start(None).await;
+    let Some(server) = t.cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let n = MAX_IN_FLIGHT + 8;
+    // Every create hangs (the client waits an hour to retry the 429): each holds its slot.
+    server.fail_next("create", "events", n, 429, Some(HANG));
+    for i in 0..n {
+        t.recorder
+            .normal(&burst_subject(&t, i), "Synced", "Node synced successfully");
+    }
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), Duration::from_millis(500)));
+    let hung = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "events" && r.status == 429)
+            .count()
+    };
+    assert!(eventually(WAIT, || async { hung() == MAX_IN_FLIGHT }).await);
+    // The rest wait in the queue for a slot: no further write is made.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(hung(), MAX_IN_FLIGHT);
+    assert_eq!(t.events.queued(), n - MAX_IN_FLIGHT);
+    stop.cancel();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the writer stops at the flush deadline")
+        .unwrap();
+    assert_eq!(t.counted("dropped"), n as u64);
+    assert_eq!(t.counted("written"), 0);
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn identical_events_are_one_event_with_their_count() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for _ in 0..5 {
+        t.recorder
+            .normal(&t.object, "EnsuredLoadBalancer", "Ensured load balancer");
+    }
+    t.wait_counted("written", 5).await;
+    let events = t.events_now().await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(
+        event.series.as_ref().map(|s| s.count),
+        Some(5),
+        "{event:#?}"
+    );
+    assert_eq!(event.note.as_deref(), Some("Ensured load balancer"));
+    // Named as client-go names Events: the object's name, a dot, hex nanoseconds.
+    let name = event.metadata.name.as_deref().unwrap();
+    let suffix = name.strip_prefix(&format!("{}.", t.name)).unwrap();
+    assert!(u64::from_str_radix(suffix, 16).is_ok(), "{name}");
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_similar_events_is_combined_into_one() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for i in 0..15 {
+        t.recorder.warning(
+            &t.object,
+            "SyncLoadBalancerFailed",
+            format!("Error syncing load balancer: attempt {i}"),
+        );
+    }
+    t.wait_counted("written", 15).await;
+    let events = t.events_now().await;
+    // Nine Events with their own notes, then one combining the tenth to the fifteenth.
+    assert_eq!(events.len(), 10, "{events:#?}");
+    let combined: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("(combined from similar events): "))
+        })
+        .collect();
+    assert_eq!(combined.len(), 1, "{events:#?}");
+    assert_eq!(
+        combined[0].note.as_deref(),
+        Some("(combined from similar events): Error syncing load balancer: attempt 9")
+    );
+    assert_eq!(combined[0].series.as_ref().map(|s| s.count), Some(6));
+    assert_eq!(combined[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(t.counted("dropped"), 0);
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_spam_filter_holds_back_events_past_the_burst_per_object() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for i in 0..30 {
+        t.recorder
+            .normal(&t.object, &format!("Reason{i}"), "one of many");
+    }
+    t.wait_counted("filtered", 5).await;
+    t.wait_counted("written", 25).await;
+    let events = t.events_now().await;
+    assert_eq!(events.len(), 25);
+    // Only this object's bucket is empty.
+    let other = subject(&t.ns, &format!("{}-other", t.name));
+    t.recorder.normal(&other, "Reason0", "another object");
+    t.wait_counted("written", 26).await;
+    stop.cancel();
+    task.await.unwrap();
     t.cluster.cleanup().await;
 }
 

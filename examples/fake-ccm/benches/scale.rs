@@ -717,8 +717,15 @@ async fn watch_services(api: Api<Service>, cfg: watcher::Config, t: Shared) {
     }
 }
 
-/// Creates nodes `range` concurrently, recording each one's creation time (when the API server
-/// answered the create).
+/// Creates nodes `range` concurrently as kubelet registers them, recording each one's creation
+/// time (when the API server answered the create).
+///
+/// Kubelet registers in two steps, concurrently with the CCM: it creates the Node (with the
+/// status it has computed, addresses included), then right after sends its first status
+/// update, a strategic-merge PATCH of `nodes/status` with what changed in its view (the
+/// `Ready` heartbeat, capacity, allocatable; not the addresses, which it leaves alone once
+/// set). That write bumps the Node's resourceVersion while the CCM initialises it, as on a real
+/// cluster.
 async fn create_nodes(
     env: &Env,
     track: &Shared,
@@ -743,14 +750,32 @@ async fn create_nodes(
             async move {
                 let created = api.create(&PostParams::default(), &n).await.unwrap();
                 let now = Instant::now();
-                lock(&track)
-                    .node_created
-                    .insert(created.metadata.name.unwrap_or_default(), now);
+                let name = created.metadata.name.unwrap_or_default();
+                lock(&track).node_created.insert(name.clone(), now);
+                api.patch_status(&name, &PatchParams::default(), &kubelet_status_patch())
+                    .await
+                    .unwrap();
             }
         })
         .buffer_unordered(concurrency)
         .collect::<()>()
         .await;
+}
+
+/// Kubelet's first status update after it registered a Node.
+fn kubelet_status_patch() -> Patch<Value> {
+    let now = Time(jiff::Timestamp::now());
+    let resources = json!({"cpu": "4", "memory": "16374504Ki", "pods": "110",
+                           "ephemeral-storage": "101430960Ki"});
+    Patch::Strategic(json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+        }],
+    }}))
 }
 
 /// Creates Services `range` concurrently (`ready`: with the finalizer and the ingress the CCM
@@ -1377,6 +1402,76 @@ fn api_figures(
 }
 
 // ---------------------------------------------------------------------------------------------
+// Events: what the CCM recorded (its metrics) and when the last one landed (a watch)
+
+/// When an Event about this run was last created or updated, as a watch on the API server saw
+/// it (events.k8s.io/v1, all namespaces: Node Events land in `default`).
+type LastEvent = Arc<Mutex<Option<Instant>>>;
+
+fn watch_events(env: &Env) -> (OwnThread, LastEvent) {
+    let last: LastEvent = Arc::default();
+    let seen = last.clone();
+    let run = env.run.clone();
+    let thread = OwnThread::start("bench-events", env, move |client| async move {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::all(client);
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        futures::pin_mut!(stream);
+        while let Ok(Some(e)) = stream.try_next().await {
+            let ours = e.metadata.namespace.as_deref() == Some(run.as_str())
+                || e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_deref())
+                    .is_some_and(|n| n.starts_with(run.as_str()));
+            if ours {
+                *seen.lock().unwrap() = Some(Instant::now());
+            }
+        }
+    });
+    (thread, last)
+}
+
+/// Events recorded by the CCM between `before` and `after`
+/// (`event_recorder_events_total{result}`), and when the last one landed relative to
+/// `converged` (negative: before it).
+fn event_figures(
+    report: &mut Report,
+    before: &Metrics,
+    after: &Metrics,
+    converged: Instant,
+    last: &LastEvent,
+) {
+    let events = diff(
+        &after.by("event_recorder_events_total", "result"),
+        &before.by("event_recorder_events_total", "result"),
+    );
+    for result in ["written", "dropped", "failed", "filtered"] {
+        let n = events.get(result).copied().unwrap_or(0.0);
+        report.fig(
+            &format!("events_{result}"),
+            &format!("Events {result}"),
+            json!(n),
+            format!("{}", n as u64),
+        );
+    }
+    let last = *last.lock().unwrap();
+    let landed = last.map(|l| {
+        if l >= converged {
+            secs(l - converged)
+        } else {
+            -secs(converged - l)
+        }
+    });
+    report.fig(
+        "events_last_after_convergence_s",
+        "last Event landed, after convergence",
+        json!(landed),
+        landed.map_or_else(|| "none".to_string(), |s| format!("{s:.3} s")),
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Scenarios
 
 /// node-burst and floor.
@@ -1385,6 +1480,7 @@ async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
     let n = opts.nodes;
     let track: Shared = Arc::default();
     let _observer = observe(env, &track);
+    let (_event_watch, last_event) = watch_events(env);
     let ccm = if floor {
         None
     } else {
@@ -1527,6 +1623,8 @@ async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
         format!("{:.2} over", api_total - 3.0),
         target_size && opts.latency_ms == 0,
     );
+    // Converged: every node initialised.
+    event_figures(&mut report, &before, &after, last_init, &last_event);
     let calls = diff(&after.cloud_calls(), &before.cloud_calls());
     report.counts("cloud_calls_per_node", "cloud calls per node", &calls, n);
     let total_calls: f64 = calls.values().sum::<f64>() / n as f64;
@@ -1861,6 +1959,7 @@ async fn steady(env: &Env, opts: &Opts) -> Report {
     let (n, m) = (opts.nodes, opts.services);
     let track: Shared = Arc::default();
     let _observer = observe(env, &track);
+    let (_event_watch, last_event) = watch_events(env);
     env.create_namespace().await;
     let setup = Instant::now();
     {
@@ -1884,6 +1983,9 @@ async fn steady(env: &Env, opts: &Opts) -> Report {
         create_services(env, &track, 0..m, true, opts.concurrency).await;
     }
     let ccm = Ccm::start(env, opts, false).await;
+    // Converged: the last change of the CCM's cloud calls (the start-up re-ensure of every
+    // load balancer), as seen by the settle loop below.
+    let mut converged = Instant::now();
     // Settled: no cloud call and no API write for 15 s.
     {
         let quiet = Duration::from_secs(15);
@@ -1899,6 +2001,9 @@ async fn steady(env: &Env, opts: &Opts) -> Report {
                 metrics.by("rest_client_requests_total", "method"),
             );
             if now != last {
+                if now.0 != last.0 {
+                    converged = Instant::now();
+                }
                 last = now;
                 since = Instant::now();
             } else if since.elapsed() >= quiet {
@@ -1993,6 +2098,28 @@ async fn steady(env: &Env, opts: &Opts) -> Report {
         target_size,
     );
     api_figures(&mut report, env, &before, &after, 1, "window");
+    // Events since the CCM started (its start-up re-ensure of every LB records two per
+    // Service), and those written in the idle window (none expected).
+    event_figures(
+        &mut report,
+        &Metrics::default(),
+        &after,
+        converged,
+        &last_event,
+    );
+    let idle_events = diff(
+        &after.by("event_recorder_events_total", "result"),
+        &before.by("event_recorder_events_total", "result"),
+    )
+    .get("written")
+    .copied()
+    .unwrap_or(0.0);
+    report.fig(
+        "window_events_written",
+        "Events written in the idle window",
+        json!(idle_events),
+        format!("{}", idle_events as u64),
+    );
     report.fig(
         "ccm_cpu_total_s",
         "CCM CPU time since start (incl. setup)",
