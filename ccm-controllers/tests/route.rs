@@ -44,6 +44,12 @@ fn cidr(octet: u8) -> String {
     format!("10.{octet}.0.0/16")
 }
 
+/// The retry backoff of both route queues in these tests.
+const TEST_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    max: Duration::from_millis(500),
+};
+
 fn test_config(cluster_cidrs: &str) -> RouteConfig {
     RouteConfig {
         cluster_cidrs: route::parse_cluster_cidrs(cluster_cidrs).unwrap(),
@@ -51,14 +57,8 @@ fn test_config(cluster_cidrs: &str) -> RouteConfig {
         // set a shorter period themselves.
         reconciliation_period: Duration::from_secs(3600),
         debounce: Duration::from_millis(100),
-        create_retry_backoff: Backoff {
-            base: Duration::from_millis(100),
-            max: Duration::from_millis(500),
-        },
-        reconcile_retry_backoff: Backoff {
-            base: Duration::from_millis(100),
-            max: Duration::from_millis(500),
-        },
+        create_retry_backoff: TEST_BACKOFF,
+        reconcile_retry_backoff: TEST_BACKOFF,
         ..RouteConfig::default()
     }
 }
@@ -78,6 +78,8 @@ impl RouteTest {
                 route::run(ctx, config.clone())
             })
             .scope(scope)
+            // The backoff of `test_config` (both queues).
+            .retry_backoff(TEST_BACKOFF)
             .start()
             .await;
         RouteTest {

@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_controllers::{ControllerContext, ControllerError, InformerScope};
+use ccm_controllers::{Backoff, ControllerContext, ControllerError, InformerScope};
 use ccm_core::{CloudProvider, Node};
 use ccm_testing::TestCluster;
 use ccm_testing::harness::{ControllerHarness, HarnessBuilder};
@@ -54,11 +54,15 @@ impl Test {
     /// test's Nodes.
     pub(crate) fn harness(&self, cloud: Arc<dyn CloudProvider>) -> HarnessBuilder {
         let selector = format!("{RUN_LABEL}={}", self.run);
-        ControllerHarness::builder(&self.cluster, cloud).scope(InformerScope {
-            node_labels: Some(selector.clone()),
-            service_labels: Some(selector),
-            ..InformerScope::default()
-        })
+        ControllerHarness::builder(&self.cluster, cloud)
+            .scope(InformerScope {
+                node_labels: Some(selector.clone()),
+                service_labels: Some(selector),
+                ..InformerScope::default()
+            })
+            // The cloud-node controller's own backoff (Go's), which these tests were written
+            // against.
+            .retry_backoff(Backoff::CONTROLLER)
     }
 
     /// Starts one controller (`run(ctx)`, under the name `name`) in the harness.

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_controllers::InformerScope;
 use ccm_controllers::service::{self, ServiceConfig, plan};
+use ccm_controllers::{Backoff, InformerScope};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
@@ -310,6 +310,8 @@ pub async fn start(
             service::run(ctx, config.clone())
         })
         .scope(scope)
+        // These tests assert Go's service backoff (5 s, doubling), not the harness's.
+        .retry_backoff(Backoff::SERVICE)
         .start()
         .await
 }
