@@ -24,8 +24,10 @@ use crate::options::Options;
 use crate::runtime::ControllerEntry;
 
 /// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`, plus the
-/// `nodeipam` controller Kubernetes' own CCM template registers).
-pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
+/// `nodeipam` controller Kubernetes' own CCM template registers): the table
+/// [`Builder::new`](crate::Builder::new) starts from, and the controller harness of
+/// `ccm-testing` starts from too.
+pub fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
         node_lifecycle_controller(),

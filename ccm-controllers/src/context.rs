@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
 use crate::informer::{self, Informer};
 use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
-use crate::workqueue::{Backoff, WorkQueue};
+use crate::workqueue::{Activity, Backoff, WorkQueue};
 
 /// The context handed to every controller, built-in or the vendor's own. Cheap to clone.
 #[derive(Clone)]
@@ -41,6 +41,10 @@ pub struct ControllerContext {
     pub identity: String,
     /// The process's Event queue (see [`ControllerContext::recorder`]).
     pub events: EventBroadcaster,
+    /// Work in flight (see [`ControllerContext::activity`]).
+    activity: Activity,
+    /// Replaces every queue's backoff (see [`ControllerContext::with_queue_backoff`]).
+    queue_backoff: Option<Backoff>,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -92,15 +96,34 @@ impl ControllerContext {
     /// Starts the shared informers on `tasks` and returns the context. The informers run until
     /// `params.shutdown` fires; use [`ControllerContext::wait_for_sync`] before acting.
     pub fn start(params: ContextParams, tasks: &mut JoinSet<()>) -> Self {
+        Self::start_scoped(params, &InformerScope::default(), tasks)
+    }
+
+    /// Like [`ControllerContext::start`], with informers that see only the objects in `scope`
+    /// (the controller harness of `ccm-testing` uses it, so that a test on a shared cluster
+    /// acts only on its own objects).
+    pub fn start_scoped(
+        params: ContextParams,
+        scope: &InformerScope,
+        tasks: &mut JoinSet<()>,
+    ) -> Self {
+        let with_labels = |config: watcher::Config, selector: &Option<String>| match selector {
+            Some(s) => config.labels(s),
+            None => config,
+        };
         let (nodes, node_driver) = Informer::new(
             Api::<Node>::all(params.client.clone()),
-            informer::node_watcher_config(),
+            with_labels(informer::node_watcher_config(), &scope.node_labels),
             params.strip_node,
             params.shutdown.clone(),
         );
+        let service_api = match &scope.service_namespace {
+            Some(ns) => Api::<Service>::namespaced(params.client.clone(), ns),
+            None => Api::<Service>::all(params.client.clone()),
+        };
         let (services, service_driver) = Informer::new(
-            Api::<Service>::all(params.client.clone()),
-            watcher::Config::default(),
+            service_api,
+            with_labels(watcher::Config::default(), &scope.service_labels),
             informer::strip_nothing,
             params.shutdown.clone(),
         );
@@ -117,6 +140,8 @@ impl ControllerContext {
             cluster_name: params.cluster_name,
             identity: params.identity,
             events: params.events,
+            activity: Activity::new(),
+            queue_backoff: None,
         }
     }
 
@@ -145,42 +170,20 @@ impl ControllerContext {
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let with_labels = |config: watcher::Config, selector: &Option<String>| match selector {
-            Some(s) => config.labels(s),
-            None => config,
-        };
-        let (nodes, node_driver) = Informer::new(
-            Api::<Node>::all(client.clone()),
-            with_labels(informer::node_watcher_config(), &scope.node_labels),
-            informer::strip_node,
-            shutdown.clone(),
-        );
-        let service_api = match &scope.service_namespace {
-            Some(ns) => Api::<Service>::namespaced(client.clone(), ns),
-            None => Api::<Service>::all(client.clone()),
-        };
-        let (services, service_driver) = Informer::new(
-            service_api,
-            with_labels(watcher::Config::default(), &scope.service_labels),
-            informer::strip_nothing,
-            shutdown.clone(),
-        );
-        tasks.spawn(node_driver);
-        tasks.spawn(service_driver);
         let (events, event_writer) = EventBroadcaster::new(client.clone(), "standalone", &metrics);
         tasks.spawn(event_writer.run(shutdown.clone(), DEFAULT_FLUSH_TIMEOUT));
-        let ctx = ControllerContext {
+        let params = ContextParams {
             client,
             cloud,
-            nodes,
-            services,
             metrics,
             workqueue_metrics,
             shutdown,
             cluster_name: cluster_name.to_owned(),
             identity: "standalone".to_owned(),
+            strip_node: informer::strip_node,
             events,
         };
+        let ctx = Self::start_scoped(params, scope, &mut tasks);
         (ctx, tasks)
     }
 
@@ -196,11 +199,33 @@ impl ControllerContext {
         self.events.recorder(component)
     }
 
-    /// A work queue named `name` with the given backoff, reporting to the work-queue metrics.
+    /// A work queue named `name` with the given backoff (or the one of
+    /// [`ControllerContext::with_queue_backoff`]), reporting to the work-queue metrics and
+    /// counted in [`ControllerContext::activity`].
     pub fn queue<T>(&self, name: &str, backoff: Backoff) -> WorkQueue<T>
     where
         T: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
     {
-        WorkQueue::new(name, backoff, Some(self.workqueue_metrics.clone()))
+        WorkQueue::with_activity(
+            name,
+            self.queue_backoff.unwrap_or(backoff),
+            Some(self.workqueue_metrics.clone()),
+            self.activity.clone(),
+        )
+    }
+
+    /// The work in flight in every controller of this context: its queues (a key waiting or
+    /// being processed) and the work the controllers do outside a queue. The controller
+    /// harness of `ccm-testing` waits on it to know the controllers have settled.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    /// Makes every queue of [`ControllerContext::queue`] retry with `backoff` instead of the
+    /// controller's own (Go's 5 s to 300 s for Services): tests use a few milliseconds so a
+    /// retry does not cost seconds. The runtime never sets it.
+    pub fn with_queue_backoff(mut self, backoff: Backoff) -> Self {
+        self.queue_backoff = Some(backoff);
+        self
     }
 }

@@ -59,9 +59,10 @@ pub use error::ControllerError;
 pub use events::{EventBroadcaster, EventRecorder, EventWriter};
 pub use informer::{Change, Informer, Subscription};
 pub use metrics::{MetricsRegistry, WorkQueueMetrics};
-pub use workqueue::{Backoff, Outcome, WorkQueue};
+pub use workqueue::{Activity, ActivityGuard, Backoff, Outcome, WorkQueue};
 
 pub use budget::{BudgetConfig, BudgetedProvider, TokenBucket};
+pub use builtin::builtin_controllers;
 pub use controllers_flag::{ControllerSelection, KnownController};
 pub use options::{FlagError, Options, parse_go_duration};
 pub use runtime::{

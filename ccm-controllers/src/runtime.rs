@@ -67,6 +67,15 @@ impl std::fmt::Debug for StartArgs {
 }
 
 impl StartArgs {
+    /// Start arguments with these flags and no vendor flags (for tests and embedding, e.g. the
+    /// controller harness of `ccm-testing`; the runtime builds its own).
+    pub fn new(options: Arc<Options>) -> Self {
+        StartArgs {
+            options,
+            vendor: Arc::new(NoArgs),
+        }
+    }
+
     /// The vendor's own flags, as added with [`Builder::with_args`]; `None` if `V` is not that
     /// type.
     pub fn vendor<V: 'static>(&self) -> Option<&V> {

@@ -91,7 +91,7 @@ async fn hosts_follow_eligibility_and_each_change_costs_one_update() {
         not_ready.clone(),
     ];
 
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -184,7 +184,7 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
         workers: 2,
         node_sync_window: Duration::from_millis(100),
     };
-    let (running, probe) = start_probed(&cluster, &ns, &fake, config);
+    let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -252,7 +252,7 @@ async fn failed_update_warns_and_falls_back_to_a_full_ensure() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -293,7 +293,7 @@ async fn update_error_for_a_load_balancer_that_is_gone_is_ignored() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -334,7 +334,7 @@ async fn retry_on_update_requeues_after_its_delay() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -403,7 +403,7 @@ async fn burst_of_20_nodes_costs_each_of_50_lbs_at_most_two_updates() {
         create_node(&cluster, &n).await;
         ours.push(n);
     }
-    let (running, probe) = start_probed(&cluster, &ns, &fake, ServiceConfig::default());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, ServiceConfig::default()).await;
     let api = services(&cluster, &ns);
     let mut keys = Vec::new();
     for i in 0..50 {
@@ -462,7 +462,7 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
         workers: 8,
         node_sync_window: Duration::from_millis(50),
     };
-    let (running, probe) = start_probed(&cluster, &ns, &fake, config);
+    let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     probe.set_latency(Duration::from_millis(30));
     let api = services(&cluster, &ns);
     let mut names = Vec::new();

@@ -421,6 +421,7 @@ pub async fn run(
             () = ctx.shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
+        let _busy = ctx.activity().begin();
         lifecycle.monitor().await;
     }
     tracing::info!("{CONTROLLER_NAME} stopped");

@@ -47,7 +47,7 @@ use crate::error::ControllerError;
 use crate::events::EventRecorder;
 use crate::informer::{Change, Subscription};
 use crate::metrics::MetricsRegistry;
-use crate::workqueue::{Backoff, Outcome, WorkQueue};
+use crate::workqueue::{Activity, Backoff, Outcome, WorkQueue};
 
 use plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey, RoutePlan};
 pub use plan::{parse_cluster_cidrs, validate_cluster_cidrs};
@@ -225,6 +225,7 @@ pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), Cont
 
     let watcher = tokio::spawn(watch_nodes(
         changes,
+        ctrl.ctx.activity().clone(),
         queue.clone(),
         ctrl.config.debounce,
         shutdown.clone(),
@@ -285,6 +286,7 @@ fn is_relevant(change: &Change<Node>) -> bool {
 /// `debounce`; everything arriving in it is folded into one reconcile.
 async fn watch_nodes(
     mut changes: Subscription<Node>,
+    activity: Activity,
     queue: WorkQueue<()>,
     debounce: Duration,
     shutdown: CancellationToken,
@@ -298,6 +300,8 @@ async fn watch_nodes(
         if !is_relevant(&change) {
             continue;
         }
+        // In flight until the reconcile is queued (the queue counts from then on).
+        let _busy = activity.begin();
         let window = tokio::time::sleep(debounce);
         tokio::pin!(window);
         loop {
@@ -982,6 +986,7 @@ mod tests {
         let queue: WorkQueue<()> = WorkQueue::new("t", Backoff::CONTROLLER, None);
         let watcher = tokio::spawn(watch_nodes(
             sub,
+            Activity::new(),
             queue.clone(),
             Duration::from_millis(200),
             shutdown.clone(),

@@ -268,6 +268,8 @@ async fn node_sync_loop(shared: Arc<Shared>, mut triggers: mpsc::UnboundedReceiv
             () = shutdown.cancelled() => return,
             first = triggers.recv() => if first.is_none() { return },
         }
+        // In flight from the first change of the window until its pass is done.
+        let _busy = shared.ctx.activity().begin();
         let hard_deadline = tokio::time::Instant::now() + window.saturating_mul(MAX_WINDOW_FACTOR);
         let mut quiet_deadline = tokio::time::Instant::now() + window;
         loop {
