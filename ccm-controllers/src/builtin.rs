@@ -154,6 +154,7 @@ fn service_controller() -> ControllerEntry {
             ServiceConfig {
                 workers: o.service_workers(),
                 node_sync_window: o.node_sync_window(),
+                node_sync_max_window: o.node_sync_max_window(),
             },
         )
         .await

@@ -19,6 +19,7 @@
 //! | zero workers | accepted (nothing runs) | rejected | a silent no-op configuration |
 //!
 //! New flags (no Go counterpart): `--node-deletion-grace-period`, `--node-sync-window`,
+//! `--node-sync-max-window`,
 //! `--cloud-api-qps`, `--cloud-api-burst`, `--cloud-api-timeout`, `--shutdown-grace-period`,
 //! `--log-format`.
 //!
@@ -301,6 +302,10 @@ pub struct ServiceControllerArgs {
     /// balancer (`0s` disables coalescing).
     #[arg(long, default_value = "1s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_window: Duration,
+    /// While Nodes keep joining, the window for additions doubles from `--node-sync-window` up
+    /// to this; removals still go out within `--node-sync-window`.
+    #[arg(long, default_value = "8s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_sync_max_window: Duration,
 }
 
 /// Flags of the route controller.
@@ -1216,6 +1221,11 @@ impl Options {
     /// `--node-sync-window`.
     pub fn node_sync_window(&self) -> Duration {
         self.service.node_sync_window
+    }
+
+    /// `--node-sync-max-window`.
+    pub fn node_sync_max_window(&self) -> Duration {
+        self.service.node_sync_max_window
     }
 
     /// `--configure-cloud-routes`.

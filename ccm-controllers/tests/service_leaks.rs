@@ -296,6 +296,7 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
     let config = ccm_controllers::service::ServiceConfig {
         workers: 3,
         node_sync_window: Duration::from_millis(100),
+        node_sync_max_window: ccm_controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
     };
     let mut running = Some(start(&cluster, &ns, fake.provider(), config.clone()).await);
     for round in 0..60 {

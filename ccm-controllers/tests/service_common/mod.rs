@@ -290,6 +290,7 @@ pub fn test_config() -> ServiceConfig {
     ServiceConfig {
         workers: 4,
         node_sync_window: Duration::from_millis(300),
+        node_sync_max_window: Duration::from_millis(1200),
     }
 }
 
