@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
+use ccm_testing::wait::eventually;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
@@ -100,15 +101,20 @@ async fn namespace_deletion_terminates_then_removes_content() {
         terminating.status.unwrap().phase.as_deref(),
         Some("Terminating")
     );
-    // Content without finalizers is gone, content with finalizers is terminating.
-    assert_eq!(api_err(cms.get("plain").await.unwrap_err()).code, 404);
+    // The built-in namespace controller deletes the content: content without finalizers
+    // goes, content with finalizers is terminating.
     assert!(
-        cms.get("held")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_some()
+        eventually(Duration::from_secs(10), || async {
+            cms.get_opt("plain").await.unwrap().is_none()
+                && cms
+                    .get("held")
+                    .await
+                    .unwrap()
+                    .metadata
+                    .deletion_timestamp
+                    .is_some()
+        })
+        .await
     );
     // No new content in a terminating namespace.
     let e = api_err(
@@ -131,7 +137,12 @@ async fn namespace_deletion_terminates_then_removes_content() {
     )
     .await
     .unwrap();
-    assert_eq!(api_err(nss.get("team").await.unwrap_err()).code, 404);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            nss.get_opt("team").await.unwrap().is_none()
+        })
+        .await
+    );
     let mut types = Vec::new();
     while types.len() < 2 {
         types.push(match ns_watch.try_next().await.unwrap().unwrap() {

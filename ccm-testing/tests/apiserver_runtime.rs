@@ -443,15 +443,18 @@ async fn kube_finalizer_helper_adds_and_removes_its_finalizer() {
 async fn empty_lists_are_dropped_as_kube_apiserver_does() {
     let s = ApiServer::start().await;
     let nodes: Api<Node> = Api::all(s.client());
-    nodes
+    let created = nodes
         .create(&PostParams::default(), &kubelet_node("n1").build())
         .await
         .unwrap();
-    // Remove the only taint with a JSON patch: the list disappears rather than staying [].
-    let patch: json_patch::Patch = serde_json::from_value(json!([
-        {"op": "remove", "path": "/spec/taints/0"}
-    ]))
-    .unwrap();
+    // Remove every taint (the builder's and admission's not-ready one) with a JSON patch: the
+    // list disappears rather than staying [].
+    let count = created.spec.unwrap().taints.unwrap().len();
+    let ops: Vec<serde_json::Value> = (0..count)
+        .rev()
+        .map(|i| json!({"op": "remove", "path": format!("/spec/taints/{i}")}))
+        .collect();
+    let patch: json_patch::Patch = serde_json::from_value(json!(ops)).unwrap();
     let n = nodes
         .patch("n1", &PatchParams::default(), &Patch::Json::<()>(patch))
         .await

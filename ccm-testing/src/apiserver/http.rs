@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
+use super::rbac::{self, Attributes, Identity};
 use super::resources::{self, ResourceInfo};
 use super::selector::{FieldSelector, LabelSelector};
 use super::state::{Change, ListOptions, PatchType, change_kind, filter_change};
@@ -197,11 +198,72 @@ pub(crate) async fn handle(
         content_type: header_str(header::CONTENT_TYPE),
         user_agent: header_str(header::USER_AGENT),
         status: 0,
+        patch_type: (method == Method::PATCH)
+            .then(|| patch_type_of(&headers).ok())
+            .flatten(),
+        body: if inner.records_bodies() {
+            recorded_body(&body)
+        } else {
+            None
+        },
+        user: None,
+        groups: Vec::new(),
     };
 
     let latency = inner.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
+    }
+
+    let identity = match authenticate(&inner, &headers) {
+        Ok(identity) => identity,
+        Err(e) => {
+            let resp = error_response(&e);
+            record.status = resp.status().as_u16();
+            inner.record(record);
+            return resp;
+        }
+    };
+    record.user = Some(identity.username.clone());
+    record.groups = identity.groups.clone();
+    if inner.rbac_enabled() {
+        let resource_request = target.as_ref().is_some_and(|t| !t.resource.is_empty());
+        let attrs = Attributes {
+            // A non-resource request's verb is its lower-cased HTTP method.
+            verb: if resource_request {
+                record.verb.clone()
+            } else {
+                method.as_str().to_lowercase()
+            },
+            resource_request,
+            group: t.group.clone(),
+            resource: t.resource.clone(),
+            subresource: t.subresource.clone(),
+            namespace: t.namespace.clone(),
+            name: t
+                .name
+                .clone()
+                .or_else(|| name_from_field_selector(param("fieldSelector"))),
+            path: uri.path().to_string(),
+        };
+        let allowed = rbac::allows(&inner.state(), &identity, &attrs);
+        if !allowed {
+            let mut details = json!({ "kind": t.resource });
+            if let Some(n) = &attrs.name {
+                details["name"] = json!(n);
+            }
+            if !t.group.is_empty() {
+                details["group"] = json!(t.group);
+            }
+            let e = ApiError {
+                details: Some(details),
+                ..ApiError::new(403, "Forbidden", rbac::forbidden_message(&identity, &attrs))
+            };
+            let resp = error_response(&e);
+            record.status = resp.status().as_u16();
+            inner.record(record);
+            return resp;
+        }
     }
 
     let resp = if let Some(e) = inner.take_fault(&record) {
@@ -227,7 +289,8 @@ pub(crate) async fn handle(
                 json_response(200, &discovery_resources(p).unwrap_or_default())
             }
             p if super::reviews::Reviews::handles(method.as_str(), p) => {
-                match inner.reviews.serve(p, &body) {
+                let answer = inner.reviews.serve(p, &body, &inner.state());
+                match answer {
                     Ok(review) => json_response(201, &review),
                     Err(e) => error_response(&e),
                 }
@@ -243,6 +306,172 @@ pub(crate) async fn handle(
     record.status = resp.status().as_u16();
     inner.record(record);
     resp
+}
+
+/// The request body as the request log keeps it: JSON (or YAML, for apply) as a value, any
+/// other body as a string; `None` when empty.
+fn recorded_body(body: &Bytes) -> Option<Value> {
+    if body.is_empty() {
+        return None;
+    }
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .or_else(|| serde_norway::from_slice::<Value>(body).ok())
+        .or_else(|| Some(Value::String(String::from_utf8_lossy(body).into_owned())))
+}
+
+/// The patch type named by a PATCH request's `Content-Type`.
+fn patch_type_of(headers: &HeaderMap) -> Result<PatchType, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let ct = ct.split(';').next().unwrap_or_default().trim();
+    match ct {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+cbor" => Ok(PatchType::Apply),
+        other => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"
+            ),
+        )),
+    }
+}
+
+/// `metadata.name=<n>` of a list or watch's field selector: the object RBAC sees it name.
+fn name_from_field_selector(selector: Option<&str>) -> Option<String> {
+    selector?.split(',').find_map(|part| {
+        let (k, v) = part.split_once("==").or_else(|| part.split_once('='))?;
+        (k.trim() == "metadata.name" && !k.ends_with('!')).then(|| v.trim().to_string())
+    })
+}
+
+/// Who is calling: the user of a bearer token registered with `add_token` or issued by the
+/// TokenRequest API, or, without a token, the cluster administrator (as a client with an admin
+/// kubeconfig is). A token that does not authenticate is `401 Unauthorized`.
+fn authenticate(inner: &Inner, headers: &HeaderMap) -> Result<Identity, ApiError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    match bearer {
+        None => Ok(Identity {
+            username: ADMIN_USER.to_string(),
+            groups: vec![
+                rbac::MASTERS_GROUP.to_string(),
+                "system:authenticated".to_string(),
+            ],
+        }),
+        Some(token) => {
+            let state = inner.state();
+            inner
+                .reviews
+                .authenticate(token, &[], &state)
+                .map_err(|why| {
+                    tracing::debug!(?why, "ccm-testing ApiServer: bearer token rejected");
+                    ApiError::new(401, "Unauthorized", "Unauthorized")
+                })
+        }
+    }
+}
+
+/// The user of requests made without credentials.
+pub(crate) const ADMIN_USER: &str = "system:admin";
+
+/// `POST .../serviceaccounts/<name>/token`: issues a token for the ServiceAccount, as
+/// kube-apiserver's TokenRequest REST does (default and minimum lifetime, capped by the
+/// server's maximum, audiences defaulted to the API server's).
+fn token_request(
+    inner: &Inner,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let mut request = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body, false)?
+    };
+    if !request.is_object() {
+        return Err(ApiError::bad_request(
+            "the body of the request must be a JSON object",
+        ));
+    }
+    let requested = request
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    let invalid = |detail: &str| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "TokenRequest.authentication.k8s.io {name:?} is invalid: spec.expirationSeconds: Invalid value: {requested}: {detail}"
+            ),
+        )
+    };
+    if requested < 600 {
+        return Err(invalid("may not specify a duration less than 10 minutes"));
+    }
+    if requested > 1 << 32 {
+        return Err(invalid(
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    let account = inner.state().get(info, Some(ns), name)?;
+    let uid = account
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let seconds = match inner.max_token_expiration() {
+        Some(max) => requested.min(i64::try_from(max.as_secs()).unwrap_or(i64::MAX)),
+        None => requested,
+    };
+    let mut audiences: Vec<String> = request
+        .pointer("/spec/audiences")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if audiences.is_empty() {
+        audiences.push(super::reviews::API_AUDIENCE.to_string());
+    }
+    let now = jiff::Timestamp::now();
+    let expires = jiff::Timestamp::from_second(now.as_second().saturating_add(seconds))
+        .unwrap_or(jiff::Timestamp::MAX);
+    let issued = inner
+        .reviews
+        .issue(ns, name, &uid, expires, audiences.clone());
+    request["apiVersion"] = json!("authentication.k8s.io/v1");
+    request["kind"] = json!("TokenRequest");
+    request["metadata"] = json!({
+        "name": name,
+        "namespace": ns,
+        "creationTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    request["spec"]["audiences"] = json!(audiences);
+    request["spec"]["expirationSeconds"] = json!(seconds);
+    if request["spec"].get("boundObjectRef").is_none() {
+        request["spec"]["boundObjectRef"] = Value::Null;
+    }
+    request["status"] = json!({
+        "token": issued.token,
+        "expirationTimestamp": issued.expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    Ok(json_response(201, &request))
 }
 
 fn list_options(info: &ResourceInfo, query: &[(String, String)]) -> Result<ListOptions, ApiError> {
@@ -281,10 +510,13 @@ async fn serve(
     if info.namespaced != t.namespace.is_some() && !all_namespaces_read {
         return Err(not_served());
     }
-    if let Some(sub) = &t.subresource
-        && !(sub == "status" && info.status_subresource)
-    {
-        return Err(not_served());
+    if let Some(sub) = &t.subresource {
+        let served = (sub == "status" && info.status_subresource)
+            || (sub == "finalize" && info.storage == "namespaces" && method == Method::PUT)
+            || (sub == "token" && info.storage == "serviceaccounts" && method == Method::POST);
+        if !served {
+            return Err(not_served());
+        }
     }
     let param = |k: &str| {
         query
@@ -308,6 +540,11 @@ async fn serve(
     let name = t.name.as_deref();
     let shape = |v: Value| if meta_only { to_partial(&v) } else { v };
 
+    if t.subresource.as_deref() == Some("token")
+        && let (Some(ns), Some(name)) = (ns, name)
+    {
+        return token_request(inner, info, ns, name, body);
+    }
     match (method.as_str(), name) {
         ("GET", _) if watch => {
             let opts = list_options(info, query)?;
@@ -395,26 +632,7 @@ async fn serve(
             ))
         }
         ("PATCH", Some(name)) => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default();
-            let ct = ct.split(';').next().unwrap_or_default().trim();
-            let patch_type = match ct {
-                "application/merge-patch+json" => PatchType::Merge,
-                "application/json-patch+json" => PatchType::Json,
-                "application/strategic-merge-patch+json" => PatchType::Strategic,
-                "application/apply-patch+yaml" | "application/apply-patch+cbor" => PatchType::Apply,
-                other => {
-                    return Err(ApiError::new(
-                        415,
-                        "UnsupportedMediaType",
-                        format!(
-                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"
-                        ),
-                    ));
-                }
-            };
+            let patch_type = patch_type_of(headers)?;
             let force = matches!(param("force"), Some("true") | Some("1"));
             if force && patch_type != PatchType::Apply {
                 return Err(ApiError::new(

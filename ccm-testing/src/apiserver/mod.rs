@@ -95,6 +95,7 @@
 
 mod http;
 mod patch;
+mod rbac;
 mod resources;
 mod reviews;
 mod selector;
@@ -106,6 +107,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+pub use state::PatchType;
 use state::State;
 use status::ApiError;
 
@@ -139,6 +141,137 @@ pub struct RequestRecord {
     pub user_agent: Option<String>,
     /// HTTP status code of the answer (200 for a watch that was opened).
     pub status: u16,
+    /// The patch type of a PATCH (from its `Content-Type`; `None` for other verbs or an
+    /// unknown type).
+    pub patch_type: Option<PatchType>,
+    /// The request body: the object sent by create and update, the patch sent by patch (JSON,
+    /// or the apply configuration parsed from YAML), the options of a delete; a body that is
+    /// neither JSON nor YAML is kept as a string. `None` without a body, or when the server
+    /// does not record bodies ([`ApiServer::set_record_bodies`]).
+    pub body: Option<serde_json::Value>,
+    /// The authenticated user name: the user of the request's bearer token (a token issued
+    /// by the TokenRequest API authenticates as `system:serviceaccount:<ns>:<name>`), or
+    /// `system:admin` for a request without credentials. `None` when authentication failed
+    /// (`401`).
+    pub user: Option<String>,
+    /// The authenticated user's groups (`system:authenticated` included).
+    pub groups: Vec<String>,
+}
+
+impl RequestRecord {
+    /// Whether the request writes (`create`, `update`, `patch`, `delete`, `deletecollection`).
+    pub fn is_write(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+
+    /// `resource` or `resource/subresource`, e.g. `nodes/status`.
+    pub fn resource_path(&self) -> String {
+        match &self.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource),
+            None => self.resource.clone(),
+        }
+    }
+}
+
+/// Which requests [`ApiServer::requests_matching`] returns; every criterion left unset
+/// matches all. Built like a Go table test's expectation:
+///
+/// ```
+/// use ccm_testing::apiserver::RequestFilter;
+///
+/// // The patches of node n1's status made by the cloud-node controller.
+/// let filter = RequestFilter::new()
+///     .verb("patch")
+///     .resource("nodes/status")
+///     .name("n1")
+///     .user_agent_suffix("/cloud-node-controller");
+/// # let _ = filter;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestFilter {
+    verb: Option<String>,
+    resource: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    user_agent_suffix: Option<String>,
+    user: Option<String>,
+    writes_only: bool,
+}
+
+impl RequestFilter {
+    /// A filter that matches every request.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Only requests with this verb (`get`, `list`, `watch`, `create`, `update`, `patch`,
+    /// `delete`, `deletecollection`).
+    pub fn verb(mut self, verb: &str) -> Self {
+        self.verb = Some(verb.to_string());
+        self
+    }
+
+    /// Only requests on this resource: `nodes` (the main resource only) or
+    /// `nodes/status` (that subresource only).
+    pub fn resource(mut self, resource: &str) -> Self {
+        self.resource = Some(resource.to_string());
+        self
+    }
+
+    /// Only requests in this namespace.
+    pub fn namespace(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self
+    }
+
+    /// Only requests naming this object.
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Only requests whose `User-Agent` ends with `suffix`, e.g. `/cloud-node-controller`
+    /// (client-go's convention: `<binary>/<version> (...) kubernetes/<commit>/<controller>`).
+    pub fn user_agent_suffix(mut self, suffix: &str) -> Self {
+        self.user_agent_suffix = Some(suffix.to_string());
+        self
+    }
+
+    /// Only requests authenticated as this user, e.g.
+    /// `system:serviceaccount:kube-system:node-controller`.
+    pub fn user(mut self, user: &str) -> Self {
+        self.user = Some(user.to_string());
+        self
+    }
+
+    /// Only writes ([`RequestRecord::is_write`]).
+    pub fn writes(mut self) -> Self {
+        self.writes_only = true;
+        self
+    }
+
+    /// Whether `r` matches every criterion set.
+    pub fn matches(&self, r: &RequestRecord) -> bool {
+        let eq = |want: &Option<String>, have: Option<&str>| {
+            want.as_deref().is_none_or(|w| have == Some(w))
+        };
+        eq(&self.verb, Some(&r.verb))
+            && self
+                .resource
+                .as_deref()
+                .is_none_or(|w| w == r.resource_path())
+            && eq(&self.namespace, r.namespace.as_deref())
+            && eq(&self.name, r.name.as_deref())
+            && eq(&self.user, r.user.as_deref())
+            && self
+                .user_agent_suffix
+                .as_deref()
+                .is_none_or(|s| r.user_agent.as_deref().is_some_and(|ua| ua.ends_with(s)))
+            && (!self.writes_only || r.is_write())
+    }
 }
 
 #[derive(Debug)]
@@ -163,6 +296,14 @@ pub(crate) struct Inner {
     close_tx: tokio::sync::watch::Sender<u64>,
     /// Tokens and non-resource rules of the TokenReview / SubjectAccessReview endpoints.
     reviews: reviews::Reviews,
+    /// Whether the built-in namespace controller finalizes terminating namespaces.
+    namespace_controller: std::sync::atomic::AtomicBool,
+    /// Whether requests are authorised by RBAC.
+    rbac: std::sync::atomic::AtomicBool,
+    /// Whether the request log keeps request bodies.
+    record_bodies: std::sync::atomic::AtomicBool,
+    /// `--service-account-max-token-expiration`: the longest token the TokenRequest API issues.
+    max_token_expiration: Mutex<Option<Duration>>,
 }
 
 /// Locks a mutex, going on after a panic in another holder (test state stays inspectable).
@@ -179,6 +320,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Inner {
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    pub(crate) fn rbac_enabled(&self) -> bool {
+        self.rbac.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn records_bodies(&self) -> bool {
+        self.record_bodies.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    pub(crate) fn max_token_expiration(&self) -> Option<Duration> {
+        *lock(&self.max_token_expiration)
     }
 
     pub(crate) fn latency(&self) -> Duration {
@@ -228,6 +381,78 @@ impl Inner {
     }
 }
 
+/// The built-in namespace controller (see [`ApiServer::set_namespace_controller`]): reacts to
+/// changes of terminating namespaces and their content, and looks again every second (a
+/// lagged change stream misses nothing for long). Ends when the server's state is dropped.
+async fn run_namespace_controller(inner: std::sync::Weak<Inner>) {
+    use std::collections::BTreeSet;
+    use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+
+    /// Tracks terminating namespaces; returns the namespace a change makes due for a pass.
+    fn note(change: &state::Change, terminating: &mut BTreeSet<String>) -> Option<String> {
+        if change.storage == "namespaces" {
+            let name = change
+                .object
+                .pointer("/metadata/name")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let marked = change
+                .object
+                .pointer("/metadata/deletionTimestamp")
+                .is_some();
+            if change.kind == state::EventType::Deleted || !marked {
+                terminating.remove(&name);
+                return None;
+            }
+            terminating.insert(name.clone());
+            return Some(name);
+        }
+        terminating
+            .contains(&change.namespace)
+            .then(|| change.namespace.clone())
+    }
+
+    let Some(mut rx) = inner.upgrade().map(|i| i.state().tx.subscribe()) else {
+        return;
+    };
+    let mut terminating = BTreeSet::new();
+    loop {
+        let mut due = BTreeSet::new();
+        let mut rescan = false;
+        match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
+            Ok(Ok(change)) => due.extend(note(&change, &mut terminating)),
+            Ok(Err(RecvError::Closed)) => return,
+            // Lagged, or a quiet second: look at every terminating namespace.
+            Ok(Err(RecvError::Lagged(_))) | Err(_) => rescan = true,
+        }
+        // Take what else is queued, so a burst of deletions makes one pass.
+        loop {
+            match rx.try_recv() {
+                Ok(change) => due.extend(note(&change, &mut terminating)),
+                Err(TryRecvError::Lagged(_)) => rescan = true,
+                Err(TryRecvError::Closed) => return,
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        if !inner
+            .namespace_controller
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            continue;
+        }
+        let mut state = inner.state();
+        if rescan {
+            terminating = state.namespaces_to_finalize().into_iter().collect();
+            due.extend(terminating.iter().cloned());
+        }
+        for ns in due {
+            state.finalize_namespace(&ns);
+        }
+    }
+}
+
 /// An in-process Kubernetes API server over loopback HTTP. See the [module docs](self).
 ///
 /// Dropping it stops the server and ends its watches.
@@ -236,6 +461,7 @@ pub struct ApiServer {
     addr: SocketAddr,
     client: kube::Client,
     task: tokio::task::JoinHandle<()>,
+    namespace_task: tokio::task::JoinHandle<()>,
 }
 
 /// Events kept for watch replay before older versions answer `410 Gone`.
@@ -265,7 +491,12 @@ impl ApiServer {
             open_watches: Mutex::new(std::collections::BTreeMap::new()),
             close_tx,
             reviews: reviews::Reviews::default(),
+            namespace_controller: std::sync::atomic::AtomicBool::new(true),
+            rbac: std::sync::atomic::AtomicBool::new(false),
+            record_bodies: std::sync::atomic::AtomicBool::new(true),
+            max_token_expiration: Mutex::new(None),
         });
+        let namespace_task = tokio::spawn(run_namespace_controller(Arc::downgrade(&inner)));
         let app = axum::Router::new()
             .fallback(http::handle)
             .with_state(inner.clone());
@@ -285,6 +516,7 @@ impl ApiServer {
             addr,
             client,
             task,
+            namespace_task,
         }
     }
 
@@ -301,6 +533,67 @@ impl ApiServer {
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.inner.requests).clone()
+    }
+
+    /// The requests received so far that `filter` matches, in order.
+    pub fn requests_matching(&self, filter: &RequestFilter) -> Vec<RequestRecord> {
+        lock(&self.inner.requests)
+            .iter()
+            .filter(|r| filter.matches(r))
+            .cloned()
+            .collect()
+    }
+
+    /// Whether the request log keeps request bodies ([`RequestRecord::body`]; on by
+    /// default). A benchmark that sends many large objects may turn it off to keep the log
+    /// small.
+    pub fn set_record_bodies(&self, record: bool) {
+        self.inner
+            .record_bodies
+            .store(record, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Turns RBAC authorisation of requests on (off by default). On, every request is
+    /// checked against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings stored in
+    /// the server (create them through the API, or with
+    /// [`ApiServer::add_bootstrap_controller_roles`]), as kube-apiserver's RBAC authorizer
+    /// does; a denied request is `403 Forbidden` with kube-apiserver's message. Requests
+    /// without credentials are the cluster administrator (`system:admin` in
+    /// `system:masters`) and are always allowed, as with an admin kubeconfig; every
+    /// authenticated user may read discovery, `/version` and the health paths.
+    pub fn enable_rbac(&self) {
+        self.inner
+            .rbac
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stores the ClusterRoles and ClusterRoleBindings that kube-apiserver's bootstrap policy
+    /// gives the controllers of a cloud-controller-manager run with
+    /// `--use-service-account-credentials`: `system:controller:node-controller`,
+    /// `system:controller:service-controller` and `system:controller:route-controller`, with
+    /// the rules of `controller_policy.go`, each bound to the ServiceAccount of the same name
+    /// in `kube-system` (the ServiceAccounts themselves are not created). Objects that exist
+    /// already are left alone.
+    pub fn add_bootstrap_controller_roles(&self) {
+        let mut state = self.inner.state();
+        for (plural, obj) in rbac::bootstrap_controller_policy() {
+            let Some(info) = resources::RESOURCES.iter().find(|r| r.plural == plural) else {
+                continue;
+            };
+            match state.create(info, None, obj, "kube-apiserver", false) {
+                Ok(_) => {}
+                Err(e) if e.code == 409 => {}
+                Err(e) => tracing::error!(error = ?e, "storing a bootstrap RBAC object"),
+            }
+        }
+    }
+
+    /// Caps the lifetime of the tokens the TokenRequest API issues, as kube-apiserver's
+    /// `--service-account-max-token-expiration` does (the answer's `expirationSeconds` and
+    /// `expirationTimestamp` say the lifetime given). Unlike kube-apiserver, any cap is
+    /// accepted, so a test can make tokens expire within seconds.
+    pub fn set_max_token_expiration(&self, max: Option<Duration>) {
+        *lock(&self.inner.max_token_expiration) = max;
     }
 
     /// Forgets the recorded requests.
@@ -386,6 +679,26 @@ impl ApiServer {
             .allow_non_resource(user_or_group, verb, path);
     }
 
+    /// Turns the built-in namespace controller on (the default) or off. On, it does what
+    /// kube-controller-manager's namespace controller does in a cluster: shortly after a
+    /// Namespace is deleted (it is then `Terminating`), it deletes the namespace's content,
+    /// waits for objects held by finalizers, then removes the `kubernetes` finalizer through
+    /// `PUT /api/v1/namespaces/<name>/finalize` (as `kube-controller-manager`), and the
+    /// Namespace goes. Off, a deleted Namespace stays `Terminating` with its content until a
+    /// client empties `spec.finalizers` through `/finalize`, as in a cluster without
+    /// kube-controller-manager.
+    pub fn set_namespace_controller(&self, enabled: bool) {
+        self.inner
+            .namespace_controller
+            .store(enabled, std::sync::atomic::Ordering::SeqCst);
+        if enabled {
+            let mut state = self.inner.state();
+            for ns in state.namespaces_to_finalize() {
+                state.finalize_namespace(&ns);
+            }
+        }
+    }
+
     /// The current (latest) resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.inner.state().current_rv()
@@ -409,5 +722,6 @@ impl Drop for ApiServer {
     fn drop(&mut self) {
         self.close_watches();
         self.task.abort();
+        self.namespace_task.abort();
     }
 }

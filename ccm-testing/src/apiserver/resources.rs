@@ -132,6 +132,39 @@ pub(crate) static RESOURCES: &[ResourceInfo] = &[
     },
     res("", "configmaps", "ConfigMap", true),
     res("", "secrets", "Secret", true),
+    res("", "serviceaccounts", "ServiceAccount", true),
+    // RBAC objects, evaluated when RBAC is on (see `ApiServer::enable_rbac`).
+    ResourceInfo {
+        name_rule: NameRule::PathSegment,
+        ..res(
+            "rbac.authorization.k8s.io",
+            "clusterroles",
+            "ClusterRole",
+            false,
+        )
+    },
+    ResourceInfo {
+        name_rule: NameRule::PathSegment,
+        ..res(
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+        )
+    },
+    ResourceInfo {
+        name_rule: NameRule::PathSegment,
+        ..res("rbac.authorization.k8s.io", "roles", "Role", true)
+    },
+    ResourceInfo {
+        name_rule: NameRule::PathSegment,
+        ..res(
+            "rbac.authorization.k8s.io",
+            "rolebindings",
+            "RoleBinding",
+            true,
+        )
+    },
 ];
 
 /// Looks a resource up by group and plural.

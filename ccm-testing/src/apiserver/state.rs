@@ -77,12 +77,16 @@ struct Snapshot {
     items: Arc<Vec<Value>>,
 }
 
-/// The kind of write being made (for request semantics that differ per verb).
+/// The type of a PATCH request, from its `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PatchType {
+pub enum PatchType {
+    /// JSON merge patch (`application/merge-patch+json`).
     Merge,
+    /// JSON patch (`application/json-patch+json`).
     Json,
+    /// Strategic merge patch (`application/strategic-merge-patch+json`).
     Strategic,
+    /// Server-side apply (`application/apply-patch+yaml`).
     Apply,
 }
 
@@ -167,6 +171,22 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The finalizer kube-apiserver gives every Namespace, removed by the namespace controller.
+const NAMESPACE_FINALIZER: &str = "kubernetes";
+
+/// A Namespace's `spec.finalizers`.
+fn spec_finalizers(obj: &Value) -> Vec<String> {
+    obj.pointer("/spec/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn set_rv(obj: &mut Value, rv: u64) {
     meta_mut(obj).insert("resourceVersion".into(), json!(rv.to_string()));
 }
@@ -219,6 +239,14 @@ impl State {
             }
         }
         s
+    }
+
+    /// Every stored object of one storage (`"clusterroles"`, ...), in the stored form.
+    pub(crate) fn stored_objects(&self, storage: &str) -> impl Iterator<Item = &Value> {
+        self.stores
+            .get(storage)
+            .into_iter()
+            .flat_map(|s| s.values().map(|v| &v.obj))
     }
 
     pub(crate) fn current_rv(&self) -> u64 {
@@ -561,6 +589,10 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
+        if info.storage == "nodes" {
+            // Admission: TaintNodesByCondition (every create, apply-create included).
+            validation::add_not_ready_taint(&mut stored);
+        }
         validation::prune_like_go(&mut stored);
         let mut errs = validate(info, &stored, None);
         if info.group == "events.k8s.io" {
@@ -894,20 +926,24 @@ impl State {
             m.remove("managedFields");
             m.remove("resourceVersion");
         }
-        // Status subresource semantics.
+        // Status subresource semantics. A Namespace's `spec.finalizers` change only through
+        // `/finalize` (its main writes keep spec and status, as the namespace strategy does).
         if info.status_subresource {
-            let keep = if subresource == Some("status") {
-                "spec"
-            } else {
-                "status"
+            let keep: &[&str] = match subresource {
+                Some("status") => &["spec"],
+                Some(_) => &["status"],
+                None if info.storage == "namespaces" => &["spec", "status"],
+                None => &["status"],
             };
             if let Some(o) = new.as_object_mut() {
-                match old.get(keep) {
-                    Some(v) => {
-                        o.insert(keep.into(), v.clone());
-                    }
-                    None => {
-                        o.remove(keep);
+                for keep in keep {
+                    match old.get(*keep) {
+                        Some(v) => {
+                            o.insert((*keep).into(), v.clone());
+                        }
+                        None => {
+                            o.remove(*keep);
+                        }
                     }
                 }
             }
@@ -988,7 +1024,7 @@ impl State {
         set_rv(&mut new, rv);
         meta_mut(&mut new).insert("managedFields".into(), managed.to_json(&info.api_version()));
         let response = with_type_meta(info, info.present(&new));
-        if terminating && finalizers(&new).is_empty() {
+        if terminating && finalizers(&new).is_empty() && spec_finalizers(&new).is_empty() {
             self.store(info).remove(&key);
             self.emit(Change {
                 encoded: Default::default(),
@@ -999,7 +1035,6 @@ impl State {
                 object: new,
                 old: Some(old),
             });
-            self.after_removal(info, &key.0);
         } else {
             self.store(info).insert(
                 key.clone(),
@@ -1072,8 +1107,13 @@ impl State {
             return Ok((with_type_meta(info, info.present(&obj)), false));
         }
         let is_namespace = info.storage == "namespaces";
-        if !finalizers(&obj).is_empty() || is_namespace {
-            if meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+        let terminating = meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        // A Namespace is marked first; it goes on a later DELETE (or `/finalize`) once its
+        // `spec.finalizers` are empty, as kube-apiserver's namespace storage does.
+        let held = !finalizers(&obj).is_empty()
+            || (is_namespace && (!terminating || !spec_finalizers(&obj).is_empty()));
+        if held {
+            if terminating {
                 return Ok((with_type_meta(info, info.present(&obj)), false));
             }
             let mut new = obj.clone();
@@ -1099,12 +1139,6 @@ impl State {
                 object: new.clone(),
                 old: Some(obj),
             });
-            if is_namespace {
-                // Play the namespace controller: delete the content, then the namespace.
-                self.purge_namespace(name);
-                let gone = !self.store(info).contains_key(&key);
-                return Ok((with_type_meta(info, info.present(&new)), gone));
-            }
             return Ok((with_type_meta(info, info.present(&new)), false));
         }
         let rv = self.next_rv();
@@ -1120,12 +1154,38 @@ impl State {
             object: gone.clone(),
             old: Some(obj),
         });
-        self.after_removal(info, &key.0);
         Ok((with_type_meta(info, info.present(&gone)), true))
     }
 
-    /// Deletes every object in a terminating namespace; removes the namespace when empty.
-    fn purge_namespace(&mut self, ns: &str) {
+    /// The names of the Namespaces being deleted whose `kubernetes` finalizer is still set.
+    pub(crate) fn namespaces_to_finalize(&self) -> Vec<String> {
+        self.stores
+            .get("namespaces")
+            .map(|s| {
+                s.values()
+                    .filter(|n| meta(&n.obj).is_some_and(|m| m.contains_key("deletionTimestamp")))
+                    .filter(|n| {
+                        spec_finalizers(&n.obj)
+                            .iter()
+                            .any(|f| f == NAMESPACE_FINALIZER)
+                    })
+                    .filter_map(|n| meta_str(&n.obj, "name").map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// One pass of kube-controller-manager's namespace controller over a terminating
+    /// namespace: deletes its content (objects with finalizers get their `deletionTimestamp`
+    /// and are waited for), and once nothing is left, removes the `kubernetes` finalizer
+    /// through `/finalize`, which removes the namespace when no other finalizer holds it.
+    pub(crate) fn finalize_namespace(&mut self, ns: &str) {
+        let Some(ns_info) = RESOURCES.iter().find(|r| r.storage == "namespaces") else {
+            return;
+        };
+        if !self.namespaces_to_finalize().iter().any(|n| n == ns) {
+            return;
+        }
         for info in RESOURCES.iter().filter(|r| r.namespaced) {
             // events.k8s.io shares the core events storage; visit each storage once.
             if info.group == "events.k8s.io" {
@@ -1134,24 +1194,23 @@ impl State {
             let keys: Vec<Key> = self
                 .stores
                 .get(info.storage)
-                .map(|s| s.keys().filter(|(n, _)| n == ns).cloned().collect())
+                .map(|s| {
+                    s.iter()
+                        .filter(|((n, _), v)| {
+                            n == ns
+                                && !meta(&v.obj)
+                                    .is_some_and(|m| m.contains_key("deletionTimestamp"))
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect()
+                })
                 .unwrap_or_default();
             for (n, name) in keys {
                 if let Err(e) = self.delete(info, Some(&n), &name, &Value::Null, false) {
-                    tracing::warn!(error = ?e, "deleting namespace content");
+                    tracing::warn!(error = ?e, "namespace controller: deleting namespace content");
                 }
             }
         }
-        self.finish_namespace(ns);
-    }
-
-    fn after_removal(&mut self, info: &ResourceInfo, ns: &str) {
-        if info.namespaced && self.namespace_phase(ns) == Some(true) {
-            self.finish_namespace(ns);
-        }
-    }
-
-    fn finish_namespace(&mut self, ns: &str) {
         let remaining = RESOURCES
             .iter()
             .filter(|r| r.namespaced)
@@ -1161,25 +1220,25 @@ impl State {
             return;
         }
         let key = (String::new(), ns.to_string());
-        let Some(info) = RESOURCES.iter().find(|r| r.storage == "namespaces") else {
+        let Some(current) = self.store(ns_info).get(&key).map(|s| s.obj.clone()) else {
             return;
         };
-        if let Some(stored) = self.store(info).remove(&key) {
-            let rv = self.next_rv();
-            let mut gone = stored.obj.clone();
-            if let Some(o) = gone.as_object_mut() {
-                o.insert("spec".into(), json!({}));
-            }
-            set_rv(&mut gone, rv);
-            self.emit(Change {
-                encoded: Default::default(),
-                rv,
-                storage: "namespaces",
-                namespace: String::new(),
-                kind: EventType::Deleted,
-                object: gone,
-                old: Some(stored.obj),
-            });
+        let mut finalized = with_type_meta(ns_info, current);
+        let left: Vec<String> = spec_finalizers(&finalized)
+            .into_iter()
+            .filter(|f| f != NAMESPACE_FINALIZER)
+            .collect();
+        finalized["spec"] = json!({ "finalizers": left });
+        if let Err(e) = self.write(
+            ns_info,
+            key,
+            Some("finalize"),
+            finalized,
+            "kube-controller-manager",
+            None,
+            false,
+        ) {
+            tracing::warn!(error = ?e, "namespace controller: finalizing namespace");
         }
     }
 

@@ -546,6 +546,7 @@ pub(crate) fn validate_service(obj: &Value) -> Vec<FieldError> {
             ));
         }
     }
+    errs.extend(source_range_errors(obj, ty));
     if let Some(class) = str_at(obj, "/spec/loadBalancerClass") {
         if ty != "LoadBalancer" {
             errs.push(FieldError::forbidden(
@@ -557,6 +558,83 @@ pub(crate) fn validate_service(obj: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// The annotation older clients use for `spec.loadBalancerSourceRanges`.
+pub(crate) const SOURCE_RANGES_ANNOTATION: &str =
+    "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+const CIDR_DETAIL: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
+
+/// `spec.loadBalancerSourceRanges`, or when that is empty the source-ranges annotation, as
+/// `ValidateService` checks them: only on LoadBalancer Services, every entry a CIDR (space
+/// padding tolerated, as kube-apiserver does for historical reasons). The field path keeps
+/// kube-apiserver's capitalised `spec.LoadBalancerSourceRanges`.
+fn source_range_errors(obj: &Value, ty: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let ranges: Vec<&str> = obj
+        .pointer("/spec/loadBalancerSourceRanges")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|v| v.as_str().unwrap_or_default()).collect())
+        .unwrap_or_default();
+    let not_lb = "may only be used when `type` is 'LoadBalancer'";
+    if !ranges.is_empty() {
+        let field = "spec.LoadBalancerSourceRanges";
+        if ty != "LoadBalancer" {
+            errs.push(FieldError::forbidden(field, not_lb));
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            let r = r.trim();
+            if r.parse::<ipnet::IpNet>().is_err() {
+                errs.push(FieldError::invalid(format!("{field}[{i}]"), r, CIDR_DETAIL));
+            }
+        }
+    } else if let Some(value) = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(SOURCE_RANGES_ANNOTATION))
+    {
+        let field = format!("metadata.annotations[{SOURCE_RANGES_ANNOTATION}]");
+        if ty != "LoadBalancer" {
+            errs.push(FieldError::forbidden(field.clone(), not_lb));
+        }
+        let value = value.as_str().unwrap_or_default().trim();
+        if !value.is_empty() {
+            for r in value.split(',').map(str::trim) {
+                if r.parse::<ipnet::IpNet>().is_err() {
+                    errs.push(FieldError::invalid(field.clone(), r, CIDR_DETAIL));
+                }
+            }
+        }
+    }
+    errs
+}
+
+/// The `node.kubernetes.io/not-ready:NoSchedule` taint kube-apiserver's
+/// `TaintNodesByCondition` admission plugin adds to every Node it creates, unless the Node
+/// already has a taint with that key and effect (any value). Only on create, and not on a
+/// subresource; updates are left alone (the node lifecycle controller of
+/// kube-controller-manager removes the taint once the Node is Ready).
+pub(crate) fn add_not_ready_taint(obj: &mut Value) {
+    const KEY: &str = "node.kubernetes.io/not-ready";
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    let spec = o.entry("spec").or_insert(json!({}));
+    let Some(spec) = spec.as_object_mut() else {
+        return;
+    };
+    let taints = spec.entry("taints").or_insert(json!([]));
+    if !taints.is_array() {
+        *taints = json!([]);
+    }
+    if let Some(list) = taints.as_array_mut() {
+        let present = list
+            .iter()
+            .any(|t| str_at(t, "/key") == Some(KEY) && str_at(t, "/effect") == Some("NoSchedule"));
+        if !present {
+            list.push(json!({"key": KEY, "effect": "NoSchedule"}));
+        }
+    }
 }
 
 /// Service update validation: clusterIP and loadBalancerClass are immutable.
