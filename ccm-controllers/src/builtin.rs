@@ -20,7 +20,8 @@
 
 use crate::runtime::ControllerEntry;
 
-/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`).
+/// The built-in controllers, in start order, with their client names (Go's
+/// `DefaultInitFuncConstructors`).
 pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
@@ -46,6 +47,7 @@ fn cloud_node_controller() -> ControllerEntry {
         .await
     })
     .alias("cloud-node")
+    .client("node-controller")
 }
 
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
@@ -65,6 +67,7 @@ fn node_lifecycle_controller() -> ControllerEntry {
         .await
     })
     .alias("cloud-node-lifecycle")
+    .client("node-controller")
 }
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
@@ -82,6 +85,7 @@ fn service_controller() -> ControllerEntry {
         .await
     })
     .alias("service")
+    .client("service-controller")
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
@@ -111,4 +115,5 @@ fn route_controller() -> ControllerEntry {
         .await
     })
     .alias(CONTROLLER_ALIAS)
+    .client("route-controller")
 }
