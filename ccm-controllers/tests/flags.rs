@@ -278,9 +278,17 @@ fn every_flag_in_go_syntax() {
             },
         ),
         (&["--use-service-account-credentials=false"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--use-service-account-credentials has no effect"))
+            !o.use_service_account_credentials()
+                && !o
+                    .warnings()
+                    .iter()
+                    .any(|w| w.contains("--use-service-account-credentials"))
+        }),
+        (&["--use-service-account-credentials"], |o| {
+            o.use_service_account_credentials() && o.validate().is_ok()
+        }),
+        (&["--use-service-account-credentials=true"], |o| {
+            o.use_service_account_credentials() && o.validate().is_ok()
         }),
         (&["--enable-leader-migration=false"], |o| {
             o.warnings()
@@ -509,10 +517,6 @@ fn invalid_values_fail_validation_with_the_flag_named() {
         (
             &["--cloud-api-qps=5", "--cloud-api-burst=0"],
             "invalid value for --cloud-api-burst: must be >= 1",
-        ),
-        (
-            &["--use-service-account-credentials"],
-            "invalid value for --use-service-account-credentials: per-controller service accounts are not implemented",
         ),
         (
             &["--enable-leader-migration=true"],

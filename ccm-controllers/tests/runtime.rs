@@ -663,7 +663,8 @@ async fn serving_metrics_and_vendor_controllers() {
             .lock()
             .unwrap()
             .iter()
-            .any(|a| a == "cloud-controller-manager/1.2.3-acme"),
+            .any(|a| *a
+                == ccm_controllers::client::user_agent("1.2.3-acme", "cloud-controller-manager")),
         "user agent: {:?}",
         user_agents().lock().unwrap()
     );
