@@ -318,7 +318,8 @@ async fn initializes_a_tainted_node_with_instances_v2() {
     assert_eq!(addresses(&node), expected_addresses);
     assert_eq!(fake.call_count("instance_metadata"), 1);
 
-    // The write budget: one patch of the node, one of its status (and the Synced event).
+    // The write budget: one patch of its status (the addresses, first), one of the node (and
+    // the Synced event).
     if let Some(server) = t.cluster.api_server() {
         let writes: Vec<_> = server
             .requests()
@@ -335,14 +336,14 @@ async fn initializes_a_tainted_node_with_instances_v2() {
             vec![
                 (
                     "patch".to_owned(),
-                    None,
-                    Some("application/json-patch+json".to_owned()),
+                    Some("status".to_owned()),
+                    Some("application/merge-patch+json".to_owned()),
                     200
                 ),
                 (
                     "patch".to_owned(),
-                    Some("status".to_owned()),
-                    Some("application/merge-patch+json".to_owned()),
+                    None,
+                    Some("application/json-patch+json".to_owned()),
                     200
                 ),
             ]
@@ -793,7 +794,15 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
         .operation_latency("instance_metadata", Duration::from_millis(1500))
         .build();
     let name = t.name("race");
-    t.create(&t.node(&name).build()).await;
+    // Addresses already right: the spec patch is planned from the cached copy, read before
+    // the concurrent change (an address write would return a fresh copy to plan from).
+    let cloud_addresses = fake_addresses(&fake, &name)
+        .await
+        .into_iter()
+        .map(|(type_, address)| NodeAddress { type_, address })
+        .collect();
+    t.create(&t.node(&name).addresses(cloud_addresses).build())
+        .await;
     let running = t.run_controller(fake.provider(), quiet_config());
 
     assert!(
@@ -833,7 +842,7 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
         assert_eq!(
             spec_patches,
             vec![422, 200],
-            "a stale write is refused, then redone"
+            "a write planned from the old taints is refused, then redone"
         );
     }
     running.stop().await;
@@ -905,7 +914,7 @@ async fn retry_error_requeues_after_the_providers_delay_without_a_warning() {
 }
 
 #[tokio::test]
-async fn failed_address_write_is_retried_without_a_cloud_call() {
+async fn failed_address_write_keeps_the_node_tainted_until_retried() {
     let t = Test::start().await;
     let Some(server) = t.cluster.api_server() else {
         return; // needs fault injection in the API server
@@ -923,7 +932,131 @@ async fn failed_address_write_is_retried_without_a_cloud_call() {
     let node = t.nodes.get(&name).await.unwrap();
     assert!(!has_taint(&node, TAINT_UNINITIALIZED));
     assert_eq!(addresses(&node), expected);
+    // The retry initialises the node again, as any failed initialisation; the taint came off
+    // once, after the addresses were written.
+    assert_eq!(fake.call_count("instance_metadata"), 2);
+    assert_eq!(spec_patch_statuses(server, &name, None), vec![200]);
+    running.stop().await;
+    t.cluster.cleanup().await;
+}
+
+/// Every version of the Node as a watch on it sees them, from its creation until `done`.
+fn watch_versions(
+    t: &Test,
+    name: &str,
+) -> (
+    tokio::task::JoinHandle<Vec<Node>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    use futures::StreamExt;
+    let nodes = t.nodes.clone();
+    let selector = format!("metadata.name={name}");
+    let (done, mut stop) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let params = kube::api::WatchParams::default().fields(&selector);
+        let mut stream = nodes.watch(&params, "0").await.unwrap().boxed();
+        let mut seen = Vec::new();
+        loop {
+            tokio::select! {
+                _ = &mut stop => return seen,
+                event = stream.next() => match event {
+                    Some(Ok(kube::api::WatchEvent::Added(n) | kube::api::WatchEvent::Modified(n))) => {
+                        seen.push(n)
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => panic!("watch failed: {e}"),
+                    None => return seen,
+                },
+            }
+        }
+    });
+    (task, done)
+}
+
+#[tokio::test]
+async fn addresses_are_written_before_the_taint_comes_off() {
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    let name = t.name("order");
+    let expected = fake_addresses(&fake, &name).await;
+    let created = t.create(&t.node(&name).build()).await;
+    assert_ne!(
+        addresses(&created),
+        expected,
+        "the test needs an address change"
+    );
+    let (watch, done) = watch_versions(&t, &name);
+    let running = t.run_controller(fake.provider(), quiet_config());
+
+    t.wait_event(&name, "Synced").await;
+    let _ = done.send(());
+    let versions = watch.await.unwrap();
+    running.stop().await;
+    let first_untainted = versions
+        .iter()
+        .find(|n| !has_taint(n, TAINT_UNINITIALIZED))
+        .expect("the watch saw the node untainted");
+    assert_eq!(
+        addresses(first_untainted),
+        expected,
+        "the node was schedulable before its cloud addresses were written"
+    );
+    let with_addresses = versions
+        .iter()
+        .position(|n| addresses(n) == expected)
+        .unwrap();
+    assert!(has_taint(&versions[with_addresses], TAINT_UNINITIALIZED));
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_kubelet_status_write_during_initialization_costs_no_round_trip() {
+    let t = Test::start().await;
+    let name = t.name("kubeletrace");
+    let created = t.create(&t.node(&name).build()).await;
+    let fake = FakeCloud::default();
+    let probe = Probe::holding(
+        fake.clone(),
+        created.metadata.uid.as_deref().unwrap(),
+        |_, _| {},
+    );
+    if let Some(server) = t.cluster.api_server() {
+        server.clear_requests();
+    }
+    let running = t.run_controller(probe.clone(), quiet_config());
+
+    // The controller has read the node and waits for the cloud...
+    tokio::time::timeout(TIMEOUT, probe.hold().entered.notified())
+        .await
+        .expect("the controller never asked the cloud about the node");
+    // ...while kubelet writes the node's status (a heartbeat and its capacity), touching
+    // nothing the controller's plan depends on.
+    let heartbeat =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    t.nodes
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "lastHeartbeatTime": heartbeat}],
+            }})),
+        )
+        .await
+        .unwrap();
+    probe.hold().release.notify_one();
+
+    t.wait_initialized(&name).await;
+    t.wait_event(&name, "Synced").await;
     assert_eq!(fake.call_count("instance_metadata"), 1);
+    if let Some(server) = t.cluster.api_server() {
+        assert_eq!(
+            spec_patch_statuses(server, &name, None),
+            vec![200],
+            "the spec patch does not fail on kubelet's status write (no conflict, no re-read)"
+        );
+    }
     running.stop().await;
     t.cluster.cleanup().await;
 }
@@ -1104,15 +1237,22 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
     // The old Node's (perhaps twice: a stale cached copy may be synced again) and the new one's.
     assert!(fake.call_count("instance_metadata") >= 2);
     if let Some(server) = t.cluster.api_server() {
+        // The first write planned for the old Node (its addresses) is refused by the UID
+        // precondition, and nothing else planned for it is written; the one spec write that
+        // lands is the new Node's own.
+        let status_patches: Vec<u16> = server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.name.as_deref() == Some(name.as_str())
+                    && r.verb == "patch"
+                    && r.subresource.as_deref() == Some("status")
+            })
+            .map(|r| r.status)
+            .collect();
+        assert_eq!(status_patches.first(), Some(&409), "{status_patches:?}");
         let spec_patches = spec_patch_statuses(server, &name, None);
-        // The write planned for the old Node is refused (and not redone on the new one); the
-        // one write that lands is the new Node's own.
-        assert_eq!(spec_patches.first(), Some(&422), "{spec_patches:?}");
-        assert_eq!(
-            spec_patches.iter().filter(|s| **s == 200).count(),
-            1,
-            "{spec_patches:?}"
-        );
+        assert_eq!(spec_patches, vec![200], "{spec_patches:?}");
     }
     running.stop().await;
     t.cluster.cleanup().await;

@@ -1,10 +1,16 @@
-//! Node writes that never clobber another writer's change.
+//! Node writes that never clobber another writer's change, and never conflict with a write
+//! that touches nothing they depend on.
 //!
 //! Metadata and spec (labels, providerID, taints) are written with one JSON patch whose first
-//! operation is a `test` of `metadata.resourceVersion`: if anybody changed the node since the
-//! version the change was planned from (kubelet adding a taint, a user adding a label), the
-//! server rejects the patch, and we re-read the node with a GET and plan again, a bounded number
-//! of times. Nothing is ever PUT from the informer cache (cached Nodes are stripped).
+//! operations `test` exactly what the change was planned from
+//! ([`SpecUpdate::preconditions`]: the UID, the taint list it replaces, the providerID it sets,
+//! the labels it sets or read). If another writer changed one of those since (a user adding a
+//! taint or the same label), the server rejects the patch (422), and we re-read the node with
+//! a GET and plan again, a bounded number of times. A write to anything else, above all
+//! kubelet's status writes right after it registers a Node, fails no test: no round trip. Why
+//! not a `test` of `metadata.resourceVersion`: every write bumps it, so on a real cluster a
+//! third of the spec patches of freshly registered Nodes failed on kubelet's first status
+//! write. Nothing is ever PUT from the informer cache (cached Nodes are stripped).
 //!
 //! `status.addresses` is written with a JSON merge patch of just that list on the `status`
 //! subresource. Why merge and not strategic merge: the strategic merge key of
@@ -45,22 +51,19 @@ fn is_status(err: &kube::Error, codes: &[u16]) -> bool {
     matches!(err, kube::Error::Api(s) if codes.contains(&s.code))
 }
 
-/// Builds the guarded JSON patch for `update` against exactly `node`'s version.
+/// Builds the JSON patch for `update` planned from `node`, guarded by the preconditions of
+/// that plan.
 pub(crate) fn guarded_patch(
     node: &Node,
     update: &SpecUpdate,
 ) -> Result<json_patch::Patch, serde_json::Error> {
-    let mut ops = vec![json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": node.metadata.resource_version.clone().unwrap_or_default(),
-    })];
+    let mut ops = update.preconditions(node);
     ops.extend(update.json_patch_ops(node));
     serde_json::from_value(Value::Array(ops))
 }
 
 /// Plans a change with `plan` against `node` (usually the cached copy) and writes it with a
-/// guarded JSON patch; on a conflict, re-reads the node (GET) and plans again, at most
+/// JSON patch guarded by the plan's preconditions; on a conflict, re-reads the node (GET) and plans again, at most
 /// [`MAX_CONFLICT_RETRIES`] times. A fresh read with another UID is another Node under the same
 /// name (deleted and re-created meanwhile): the Node the change was planned for is gone
 /// ([`PatchError::NotFound`]), and nothing planned for it (e.g. from its cloud answer) is written
@@ -89,8 +92,8 @@ where
             .await
         {
             Ok(updated) => return Ok((updated, true)),
-            // 409: resourceVersion conflict inside the server; 422: our `test` failed (the
-            // API server reports a failed JSON-patch test as 422 Unprocessable Entity).
+            // 409: resourceVersion conflict inside the server; 422: one of our `test`s failed
+            // (the API server reports a failed JSON-patch test as 422 Unprocessable Entity).
             Err(err) if is_status(&err, &[409, 422]) => {
                 let fresh = match api.get(&name).await {
                     Ok(fresh) => fresh,

@@ -108,6 +108,9 @@ pub(crate) struct SpecUpdate {
     pub(crate) labels: BTreeMap<String, String>,
     /// The node's complete new taint list, when it changes.
     pub(crate) taints: Option<Vec<Taint>>,
+    /// Labels the update was planned from without setting them (e.g. the beta label a GA label
+    /// is copied from): their values are preconditions of the write.
+    pub(crate) read_labels: Vec<String>,
 }
 
 impl SpecUpdate {
@@ -116,10 +119,74 @@ impl SpecUpdate {
         self.provider_id.is_none() && self.labels.is_empty() && self.taints.is_none()
     }
 
+    /// The JSON patch `test` operations under which [`SpecUpdate::json_patch_ops`] against
+    /// `node` is still right: exactly what the update was planned from and what the shape of
+    /// its operations relies on, and nothing else, so that a concurrent write to any other
+    /// field (kubelet's status writes above all) never fails it:
+    /// - `metadata.uid`: the same Node, not one re-created under its name;
+    /// - `spec`, when the operations add it whole;
+    /// - `spec.taints` (the whole list) when the update replaces it;
+    /// - `spec.providerID` when the update sets it;
+    /// - the labels map when the update adds it whole, else each label the update sets or
+    ///   was planned from ([`SpecUpdate::read_labels`]).
+    ///
+    /// An absent field is tested as `null`, which the API server's JSON patch (Go's
+    /// evanphx/json-patch) accepts for a missing key whose parent exists; kube-apiserver omits
+    /// empty lists, maps and strings, so those are tested as absent too.
+    pub(crate) fn preconditions(&self, node: &Node) -> Vec<Value> {
+        fn test(path: &str, value: Value) -> Value {
+            json!({"op": "test", "path": path, "value": value})
+        }
+        let mut tests = Vec::new();
+        if let Some(uid) = &node.metadata.uid {
+            tests.push(test("/metadata/uid", json!(uid)));
+        }
+        let labels = labels(node).filter(|l| !l.is_empty());
+        if !self.labels.is_empty() || !self.read_labels.is_empty() {
+            match labels {
+                None => tests.push(test("/metadata/labels", Value::Null)),
+                Some(existing) => {
+                    let keys = self.labels.keys().chain(self.read_labels.iter());
+                    for key in keys.collect::<std::collections::BTreeSet<_>>() {
+                        tests.push(test(
+                            &format!("/metadata/labels/{}", escape_pointer(key)),
+                            existing.get(key).map_or(Value::Null, |v| json!(v)),
+                        ));
+                    }
+                }
+            }
+        }
+        if self.provider_id.is_none() && self.taints.is_none() {
+            return tests;
+        }
+        if node.spec.is_none() {
+            tests.push(test("/spec", Value::Null));
+            return tests;
+        }
+        if self.provider_id.is_some() {
+            let current = node_provider_id(node);
+            let value = if current.is_empty() {
+                Value::Null
+            } else {
+                json!(current)
+            };
+            tests.push(test("/spec/providerID", value));
+        }
+        if self.taints.is_some() {
+            let current = taints(node);
+            let value = if current.is_empty() {
+                Value::Null
+            } else {
+                json!(current)
+            };
+            tests.push(test("/spec/taints", value));
+        }
+        tests
+    }
+
     /// The JSON patch operations (without the guarding `test`) that apply this update to
     /// `node`. Paths are chosen from `node`'s shape (whether `metadata.labels`, `spec`,
-    /// `spec.taints` exist), so the operations are only valid against that exact version of
-    /// the node: the caller guards them with a `test` on its `resourceVersion`.
+    /// `spec.taints` exist): the caller guards them with [`SpecUpdate::preconditions`].
     pub(crate) fn json_patch_ops(&self, node: &Node) -> Vec<Value> {
         let mut ops = Vec::new();
         if !self.labels.is_empty() {
@@ -338,6 +405,22 @@ pub(crate) fn plan_label_reconcile(node: &Node) -> BTreeMap<String, String> {
         }
     }
     out
+}
+
+/// The spec update of the label reconcile: the GA labels to set, planned from their beta
+/// labels (whose values are preconditions of the write).
+pub(crate) fn label_reconcile_update(node: &Node) -> SpecUpdate {
+    let labels = plan_label_reconcile(node);
+    let read_labels = LABEL_RECONCILE
+        .iter()
+        .filter(|(_, secondary)| labels.contains_key(*secondary))
+        .map(|(primary, _)| (*primary).to_owned())
+        .collect();
+    SpecUpdate {
+        labels,
+        read_labels,
+        ..Default::default()
+    }
 }
 
 /// The node's `alpha.kubernetes.io/provided-node-ip` annotation, when present (even empty).
@@ -1090,6 +1173,7 @@ mod tests {
             provider_id: Some("fake://n1".into()),
             labels: labels(&[("topology.kubernetes.io/zone", "z"), ("w~x", "1")]),
             taints: Some(vec![taint("x", "NoExecute")]),
+            read_labels: Vec::new(),
         };
         assert_eq!(
             update.json_patch_ops(&node),
@@ -1103,12 +1187,51 @@ mod tests {
     }
 
     #[test]
+    fn preconditions_test_exactly_what_the_plan_read() {
+        let mut node = N::tainted("n1").label("a", "b").0;
+        node.metadata.uid = Some("u1".into());
+        node.metadata.resource_version = Some("7".into());
+        let update = SpecUpdate {
+            provider_id: Some("fake://n1".into()),
+            labels: labels(&[("a", "c"), ("new", "v")]),
+            taints: Some(vec![]),
+            read_labels: vec!["a".into()],
+        };
+        let uninitialized = json!([{"key": TAINT_UNINITIALIZED, "effect": "NoSchedule"}]);
+        assert_eq!(
+            update.preconditions(&node),
+            vec![
+                json!({"op":"test","path":"/metadata/uid","value":"u1"}),
+                json!({"op":"test","path":"/metadata/labels/a","value":"b"}),
+                json!({"op":"test","path":"/metadata/labels/new","value":null}),
+                json!({"op":"test","path":"/spec/providerID","value":null}),
+                json!({"op":"test","path":"/spec/taints","value":uninitialized}),
+            ],
+            "no resourceVersion: writes to other fields do not conflict"
+        );
+        // Labels added as a whole map: the map's absence is the precondition.
+        node.metadata.labels = None;
+        let only_labels = SpecUpdate {
+            labels: labels(&[("k", "v")]),
+            ..Default::default()
+        };
+        assert_eq!(
+            only_labels.preconditions(&node),
+            vec![
+                json!({"op":"test","path":"/metadata/uid","value":"u1"}),
+                json!({"op":"test","path":"/metadata/labels","value":null}),
+            ]
+        );
+    }
+
+    #[test]
     fn json_patch_ops_for_bare_node() {
         let mut node = N::new("n1").taint(TAINT_UNINITIALIZED, "NoSchedule").0;
         let update = SpecUpdate {
             provider_id: None,
             labels: labels(&[("k", "v")]),
             taints: Some(vec![]),
+            read_labels: Vec::new(),
         };
         assert_eq!(
             update.json_patch_ops(&node),
@@ -1122,6 +1245,7 @@ mod tests {
             provider_id: Some("p://1".into()),
             labels: BTreeMap::new(),
             taints: Some(vec![]),
+            read_labels: Vec::new(),
         };
         assert_eq!(
             update.json_patch_ops(&node),

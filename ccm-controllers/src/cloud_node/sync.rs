@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, Node, NodeAddress};
+use ccm_core::{CloudError, Node};
 use kube::api::Api;
 
 use super::cloud::{self, FetchError};
@@ -26,19 +26,28 @@ pub(crate) struct Shared {
     pub(crate) api: Api<Node>,
     pub(crate) recorder: EventRecorder,
     pub(crate) metrics: CloudNodeMetrics,
-    /// Nodes this controller untainted: name → UID. A tainted cached copy of such a node is a
-    /// stale view (our write has not reached the cache yet), so it is re-read instead of being
-    /// initialised a second time.
-    initialized: Mutex<HashMap<String, String>>,
-    /// Nodes untainted whose address write failed: name → (UID, addresses). Retried without a
-    /// cloud call, so a node is never left without its cloud addresses until the next periodic
-    /// refresh (Go only logs such a failure).
-    pending_addresses: Mutex<HashMap<String, (String, Vec<NodeAddress>)>>,
+    /// Nodes this controller untainted whose untainted copy the cache has not shown yet. A
+    /// tainted cached copy of such a node is a stale view (our write has not reached the cache
+    /// yet), so it is not initialised a second time.
+    initialized: Mutex<HashMap<String, Untainted>>,
     /// Nodes whose provider answered `CloudError::Retry`: name → earliest next cloud call. A
     /// node update arriving meanwhile must not bring the call forward (the queue's own
     /// delayed add brings the node back at that time).
     retry_not_before: Mutex<HashMap<String, Instant>>,
 }
+
+/// A Node this controller untainted (see [`Shared::sync_node`]).
+struct Untainted {
+    /// The Node's UID (a Node re-created under the same name is another Node).
+    uid: String,
+    /// When the taint removal was written.
+    at: Instant,
+}
+
+/// How long after our taint removal a tainted cached copy of the Node is taken for stale and
+/// put off, rather than read from the API server: the event of our own write normally
+/// arrives well within it.
+const STALE_COPY_RECHECK: Duration = Duration::from_secs(2);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -60,7 +69,6 @@ impl Shared {
             recorder,
             metrics,
             initialized: Mutex::new(HashMap::new()),
-            pending_addresses: Mutex::new(HashMap::new()),
             retry_not_before: Mutex::new(HashMap::new()),
         }
     }
@@ -68,26 +76,40 @@ impl Shared {
     /// Forgets what is remembered about a deleted node.
     pub(crate) fn forget(&self, name: &str) {
         lock(&self.initialized).remove(name);
-        lock(&self.pending_addresses).remove(name);
         lock(&self.retry_not_before).remove(name);
     }
 
-    fn initialized_by_us(&self, node: &Node) -> bool {
+    /// When this controller untainted `node` (a tainted copy), if it did.
+    fn untainted_by_us(&self, node: &Node) -> Option<Instant> {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         lock(&self.initialized)
             .get(name)
-            .is_some_and(|u| *u == uid(node))
+            .filter(|e| e.uid == uid(node))
+            .map(|e| e.at)
     }
 
     /// Processes one node key from the work queue.
+    ///
+    /// A tainted cached copy of a Node this controller untainted is normally a stale view: the
+    /// event of our own write is still on its way (the address write, which lands first, sends
+    /// the Node back to the queue). Watch events arrive in order, so that event will sync the
+    /// Node again: until [`STALE_COPY_RECHECK`] after our write, such copies (there may be
+    /// several: kubelet's status write too) are put off without any request. Still tainted
+    /// after that (e.g. re-tainted while the watch was re-listing), the Node is
+    /// read (one GET) and, if it really is tainted again, initialised again, as Go would.
     pub(crate) async fn sync_node(&self, name: String) -> Outcome {
         let Some(cached) = self.ctx.nodes.get(&name) else {
             return Outcome::Done;
         };
         let mut node = (*cached).clone();
-        if plan::has_uninitialized_taint(&node) && self.initialized_by_us(&node) {
-            // Most likely the cache has not seen our own write yet: read the truth (one GET,
-            // no cloud call) rather than initialising the node twice.
+        if !plan::has_uninitialized_taint(&node) {
+            // The cache has caught up with our write (or never needed to).
+            lock(&self.initialized).remove(&name);
+        } else if let Some(at) = self.untainted_by_us(&node) {
+            let recheck = (at + STALE_COPY_RECHECK).saturating_duration_since(Instant::now());
+            if !recheck.is_zero() {
+                return Outcome::RequeueAfter(recheck);
+            }
             node = match self.api.get(&name).await {
                 Ok(fresh) => fresh,
                 Err(kube::Error::Api(s)) if s.code == 404 => return Outcome::Done,
@@ -96,10 +118,7 @@ impl Shared {
                     return Outcome::Failed;
                 }
             };
-            if plan::has_uninitialized_taint(&node) {
-                // Somebody tainted it again: initialise it again, as Go would.
-                lock(&self.initialized).remove(&name);
-            }
+            lock(&self.initialized).remove(&name);
         }
         if plan::has_uninitialized_taint(&node) {
             {
@@ -116,7 +135,7 @@ impl Shared {
             }
             self.initialize(node).await
         } else {
-            self.reconcile_initialized(node).await
+            self.reconcile_labels(node).await
         }
     }
 
@@ -139,9 +158,14 @@ impl Shared {
     /// Why two writes and not one: labels, providerID and taints live in the main resource,
     /// `status.addresses` in the `status` subresource, and the API server ignores status in a
     /// write to the main resource (and everything but status in a write to `/status`). So:
-    /// 1. one guarded JSON patch with providerID, labels and the taint removal;
-    /// 2. one merge patch of `status.addresses` (skipped when they are already right);
+    /// 1. one merge patch of `status.addresses` (skipped when they are already right);
+    /// 2. one guarded JSON patch with providerID, labels and the taint removal;
     /// 3. the `Synced` event.
+    ///
+    /// The addresses go first and the taint comes off last (**differs from Go**, which removes
+    /// the taint first and only logs a failed address write): an untainted Node is
+    /// schedulable, and must not be so without its cloud addresses. A failed address write
+    /// leaves the Node tainted and is retried like any failed initialisation.
     async fn initialize(&self, node: Node) -> Outcome {
         let started = Instant::now();
         let outcome = self.initialize_inner(node).await;
@@ -173,19 +197,37 @@ impl Shared {
             }
         };
         // Validate before writing anything: a failing rule keeps the node tainted.
-        match plan::plan_init(&node, &fetched.meta, fetched.require_provider_id) {
+        let addresses = match plan::plan_init(&node, &fetched.meta, fetched.require_provider_id) {
             Ok(p) => {
                 for discarded in &p.discarded_labels {
                     tracing::warn!(node = %name, label = %discarded, "discarding label from the cloud provider");
                 }
+                p.addresses
             }
             Err(e) => {
                 self.warn(&node, e.step(), &e);
                 return Outcome::Failed;
             }
-        }
+        };
 
-        // Write 1: providerID, labels, taint removal; re-planned on every conflict.
+        // Write 1: addresses, while the node is still tainted (so not schedulable).
+        let node = match addresses {
+            None => node,
+            Some(addresses) => match patch::patch_addresses(&self.api, &node, &addresses).await {
+                Ok(updated) => updated,
+                // Deleted, or re-created under the same name (the UID precondition failed):
+                // the new Node gets its own sync.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                    return Outcome::Done;
+                }
+                Err(e) => {
+                    self.warn(&node, Step::Addresses, &e);
+                    return Outcome::Failed;
+                }
+            },
+        };
+
+        // Write 2: providerID, labels, taint removal; re-planned on every conflict.
         let meta = &fetched.meta;
         let require = fetched.require_provider_id;
         let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
@@ -210,87 +252,19 @@ impl Shared {
                 return Outcome::Failed;
             }
         };
-        lock(&self.initialized).insert(name.clone(), uid(&updated));
-        self.metrics.taint_removed(&updated);
-
-        // Write 2: addresses, computed against the node as the server returned it.
-        let addresses = match plan::desired_addresses(&updated, &meta.node_addresses) {
-            Ok(a) => a,
-            Err(e) => {
-                // Unreachable in practice (validated above against the same cloud list), but
-                // an annotation changed concurrently could get here.
-                self.warn(&updated, Step::NodeIp, &e);
-                return Outcome::Failed;
-            }
-        };
-        self.finish_with_addresses(updated, addresses).await
-    }
-
-    /// Writes the addresses (if any), then emits `Synced`. On failure remembers them for a
-    /// retry without a cloud call.
-    async fn finish_with_addresses(
-        &self,
-        node: Node,
-        addresses: Option<Vec<NodeAddress>>,
-    ) -> Outcome {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let node = match addresses {
-            None => node,
-            Some(addresses) => match patch::patch_addresses(&self.api, &node, &addresses).await {
-                Ok(n) => n,
-                // Deleted, or re-created under the same name (the UID precondition failed):
-                // the new Node gets its own sync.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                    lock(&self.pending_addresses).remove(&name);
-                    return Outcome::Done;
-                }
-                Err(e) => {
-                    lock(&self.pending_addresses).insert(name.clone(), (uid(&node), addresses));
-                    self.warn(&node, Step::Addresses, &e);
-                    return Outcome::Failed;
-                }
+        lock(&self.initialized).insert(
+            name.clone(),
+            Untainted {
+                uid: uid(&updated),
+                at: Instant::now(),
             },
-        };
-        lock(&self.pending_addresses).remove(&name);
+        );
+        self.metrics.taint_removed(&updated);
         tracing::info!(node = %name, "node synced");
         self.recorder
-            .normal(&node, REASON_SYNCED, "Node synced successfully");
-        self.metrics.initial_sync_done(&node);
+            .normal(&updated, REASON_SYNCED, "Node synced successfully");
+        self.metrics.initial_sync_done(&updated);
         Outcome::Done
-    }
-
-    /// An initialised node: finish a pending address write, then reconcile beta → GA labels
-    /// (no cloud call).
-    async fn reconcile_initialized(&self, node: Node) -> Outcome {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let pending = {
-            let mut p = lock(&self.pending_addresses);
-            match p.get(&name) {
-                Some((u, _)) if *u != uid(&node) => {
-                    p.remove(&name);
-                    None
-                }
-                Some((_, a)) => Some(a.clone()),
-                None => None,
-            }
-        };
-        if let Some(addresses) = pending {
-            let started = Instant::now();
-            let outcome = self
-                .finish_with_addresses(node.clone(), Some(addresses))
-                .await;
-            let result = if outcome == Outcome::Done {
-                "success"
-            } else {
-                "error"
-            };
-            self.metrics
-                .reconciled("addresses", result, started.elapsed());
-            if outcome != Outcome::Done {
-                return outcome;
-            }
-        }
-        self.reconcile_labels(node).await
     }
 
     /// Beta → GA label reconcile with a guarded patch. Writes nothing when the labels agree.
@@ -301,10 +275,7 @@ impl Shared {
         let started = Instant::now();
         let name = node.metadata.name.clone().unwrap_or_default();
         let result = patch::patch_node_spec(&self.api, node, |current| {
-            Ok::<_, std::convert::Infallible>(SpecUpdate {
-                labels: plan::plan_label_reconcile(current),
-                ..Default::default()
-            })
+            Ok::<_, std::convert::Infallible>(plan::label_reconcile_update(current))
         })
         .await;
         let outcome = match result {

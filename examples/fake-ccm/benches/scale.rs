@@ -717,8 +717,15 @@ async fn watch_services(api: Api<Service>, cfg: watcher::Config, t: Shared) {
     }
 }
 
-/// Creates nodes `range` concurrently, recording each one's creation time (when the API server
-/// answered the create).
+/// Creates nodes `range` concurrently as kubelet registers them, recording each one's creation
+/// time (when the API server answered the create).
+///
+/// Kubelet registers in two steps, concurrently with the CCM: it creates the Node (with the
+/// status it has computed, addresses included), then right after sends its first status
+/// update, a strategic-merge PATCH of `nodes/status` with what changed in its view (the
+/// `Ready` heartbeat, capacity, allocatable; not the addresses, which it leaves alone once
+/// set). That write bumps the Node's resourceVersion while the CCM initialises it, as on a real
+/// cluster.
 async fn create_nodes(
     env: &Env,
     track: &Shared,
@@ -743,14 +750,32 @@ async fn create_nodes(
             async move {
                 let created = api.create(&PostParams::default(), &n).await.unwrap();
                 let now = Instant::now();
-                lock(&track)
-                    .node_created
-                    .insert(created.metadata.name.unwrap_or_default(), now);
+                let name = created.metadata.name.unwrap_or_default();
+                lock(&track).node_created.insert(name.clone(), now);
+                api.patch_status(&name, &PatchParams::default(), &kubelet_status_patch())
+                    .await
+                    .unwrap();
             }
         })
         .buffer_unordered(concurrency)
         .collect::<()>()
         .await;
+}
+
+/// Kubelet's first status update after it registered a Node.
+fn kubelet_status_patch() -> Patch<Value> {
+    let now = Time(jiff::Timestamp::now());
+    let resources = json!({"cpu": "4", "memory": "16374504Ki", "pods": "110",
+                           "ephemeral-storage": "101430960Ki"});
+    Patch::Strategic(json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+        }],
+    }}))
 }
 
 /// Creates Services `range` concurrently (`ready`: with the finalizer and the ingress the CCM
