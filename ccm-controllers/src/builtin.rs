@@ -23,10 +23,10 @@ use crate::node_ipam::{self, CidrAllocators, NodeIpamConfig};
 use crate::options::Options;
 use crate::runtime::ControllerEntry;
 
-/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`, plus the
-/// `nodeipam` controller Kubernetes' own CCM template registers): the table
-/// [`Builder::new`](crate::Builder::new) starts from, and the controller harness of
-/// `ccm-testing` starts from too.
+/// The built-in controllers, in start order, with their client names (Go's
+/// `DefaultInitFuncConstructors`, plus the `nodeipam` controller Kubernetes' own CCM template
+/// registers): the table [`Builder::new`](crate::Builder::new) starts from, and the controller
+/// harness of `ccm-testing` starts from too.
 pub fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
@@ -123,6 +123,7 @@ fn cloud_node_controller() -> ControllerEntry {
         .await
     })
     .alias("cloud-node")
+    .client("node-controller")
 }
 
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
@@ -142,6 +143,7 @@ fn node_lifecycle_controller() -> ControllerEntry {
         .await
     })
     .alias("cloud-node-lifecycle")
+    .client("node-controller")
 }
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
@@ -160,6 +162,7 @@ fn service_controller() -> ControllerEntry {
         .await
     })
     .alias("service")
+    .client("service-controller")
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
@@ -189,4 +192,5 @@ fn route_controller() -> ControllerEntry {
         .await
     })
     .alias(CONTROLLER_ALIAS)
+    .client("route-controller")
 }

@@ -11,6 +11,7 @@ use kube::runtime::watcher;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::client::{ClientError, ClientFactory};
 use crate::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
 use crate::informer::{self, Informer};
 use crate::metrics::{MetricsRegistry, WorkQueueMetrics};
@@ -19,7 +20,10 @@ use crate::workqueue::{Activity, Backoff, WorkQueue};
 /// The context handed to every controller, built-in or the vendor's own. Cheap to clone.
 #[derive(Clone)]
 pub struct ControllerContext {
-    /// The Kubernetes client.
+    /// This controller's Kubernetes client (Go's `ClientBuilder.ClientOrDie(<client name>)`):
+    /// its own token bucket, a user agent ending in the controller's client name and, with
+    /// `--use-service-account-credentials`, the credentials of its ServiceAccount. The shared
+    /// informers have a client of their own, with the root credentials.
     pub client: Client,
     /// The cloud provider, wrapped in the cloud-call budget (metrics, rate limit, timeout).
     pub cloud: Arc<dyn CloudProvider>,
@@ -45,6 +49,11 @@ pub struct ControllerContext {
     activity: Activity,
     /// Replaces every queue's backoff (see [`ControllerContext::with_queue_backoff`]).
     queue_backoff: Option<Backoff>,
+    /// Makes the clients of other names ([`ControllerContext::client_for`]); `None` in a
+    /// standalone context.
+    clients: Option<ClientFactory>,
+    /// The client this controller's Events are written with (`None`: the Event writer's).
+    event_client: Option<Client>,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -70,8 +79,11 @@ pub struct InformerScope {
 
 /// What [`ControllerContext::start`] needs.
 pub struct ContextParams {
-    /// The Kubernetes client.
+    /// The client of the shared informers (root credentials), also the context's
+    /// [`ControllerContext::client`] until the runtime gives each controller its own.
     pub client: Client,
+    /// Makes each controller's client (`None`: every controller uses `client`).
+    pub clients: Option<ClientFactory>,
     /// The (already budget-wrapped) provider.
     pub cloud: Arc<dyn CloudProvider>,
     /// The metrics registry.
@@ -142,6 +154,32 @@ impl ControllerContext {
             events: params.events,
             activity: Activity::new(),
             queue_backoff: None,
+            clients: params.clients,
+            event_client: None,
+        }
+    }
+
+    /// This context for the controller whose client is named `client_name` (Go's
+    /// `ControllerInitContext.ClientName`): [`ControllerContext::client`] becomes that
+    /// client, and its Events are written with the same identity. Without a client factory
+    /// (a standalone context) the context is returned unchanged.
+    pub async fn for_client(mut self, client_name: &str) -> Result<Self, ClientError> {
+        if let Some(clients) = &self.clients {
+            self.client = clients.client_for(client_name).await?;
+            self.event_client = Some(clients.event_client_for(client_name).await?);
+        }
+        Ok(self)
+    }
+
+    /// A new client named `name`, as the runtime makes one for each controller (see
+    /// [`ClientFactory::client_for`]): for a controller that acts under a second identity.
+    /// With `--use-service-account-credentials` it authenticates as ServiceAccount
+    /// `kube-system/<name>`, which the cluster's RBAC must allow what the controller does. In a
+    /// standalone context, [`ControllerContext::client`].
+    pub async fn client_for(&self, name: &str) -> Result<Client, ClientError> {
+        match &self.clients {
+            Some(clients) => clients.client_for(name).await,
+            None => Ok(self.client.clone()),
         }
     }
 
@@ -182,6 +220,8 @@ impl ControllerContext {
             identity: "standalone".to_owned(),
             strip_node: informer::strip_node,
             events,
+            clients: None,
+            event_client: None,
         };
         let ctx = Self::start_scoped(params, scope, &mut tasks);
         (ctx, tasks)
@@ -194,9 +234,13 @@ impl ControllerContext {
 
     /// An event recorder reporting as `component` (Go's event source component, e.g.
     /// `cloud-node-controller`). Its Events are queued and written by the process's one Event
-    /// writer; recording never waits.
+    /// writer, with this controller's identity (see [`ControllerContext::for_client`]);
+    /// recording never waits.
     pub fn recorder(&self, component: &str) -> EventRecorder {
-        self.events.recorder(component)
+        match &self.event_client {
+            Some(client) => self.events.recorder_with_client(component, client.clone()),
+            None => self.events.recorder(component),
+        }
     }
 
     /// A work queue named `name` with the given backoff (or the one of

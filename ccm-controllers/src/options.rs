@@ -543,7 +543,9 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: no feature gates; behaviour is documented per flag.
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
-    /// `true` is rejected: per-controller service accounts are not implemented.
+    /// Give each controller the credentials of its own ServiceAccount in `kube-system`
+    /// (`node-controller`, `service-controller`, `route-controller`), created if missing, with
+    /// tokens from the TokenRequest API; the shared informers keep the main credentials.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub use_service_account_credentials: Option<bool>,
     /// `true` is rejected: leader migration is not implemented.
@@ -914,12 +916,6 @@ impl Options {
             _ => {}
         }
         let compat = &self.compat;
-        if compat.use_service_account_credentials == Some(true) {
-            errors.push(flag_error(
-                "use-service-account-credentials",
-                "per-controller service accounts are not implemented; every controller uses the main client's credentials (remove the flag or set it to false)",
-            ));
-        }
         if compat.enable_leader_migration == Some(true) {
             errors.push(flag_error(
                 "enable-leader-migration",
@@ -1029,11 +1025,6 @@ impl Options {
             c.feature_gates.is_some(),
             "feature-gates",
             "there are no feature gates; watch-based route reconciliation is always on",
-        );
-        note(
-            c.use_service_account_credentials == Some(false),
-            "use-service-account-credentials",
-            "false is the only supported value (already the behaviour)",
         );
         note(
             c.enable_leader_migration == Some(false),
@@ -1226,6 +1217,11 @@ impl Options {
     /// `--node-sync-max-window`.
     pub fn node_sync_max_window(&self) -> Duration {
         self.service.node_sync_max_window
+    }
+
+    /// `--use-service-account-credentials` (the bare flag is `true`).
+    pub fn use_service_account_credentials(&self) -> bool {
+        self.compat.use_service_account_credentials == Some(true)
     }
 
     /// `--configure-cloud-routes`.

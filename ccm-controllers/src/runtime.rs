@@ -94,6 +94,10 @@ pub struct ControllerEntry {
     pub aliases: Vec<String>,
     /// When true, `*` does not enable it (only an explicit `--controllers=name`).
     pub disabled_by_default: bool,
+    /// The name of the controller's client (Go's `ControllerInitContext.ClientName`): the end
+    /// of its user agent and, with `--use-service-account-credentials`, its ServiceAccount in
+    /// `kube-system`. `None`: the controller's name.
+    pub client_name: Option<String>,
     /// Starts the controller.
     pub start: StartFn,
 }
@@ -104,6 +108,7 @@ impl std::fmt::Debug for ControllerEntry {
             .field("name", &self.name)
             .field("aliases", &self.aliases)
             .field("disabled_by_default", &self.disabled_by_default)
+            .field("client_name", &self.client_name)
             .finish_non_exhaustive()
     }
 }
@@ -119,6 +124,7 @@ impl ControllerEntry {
             name: name.to_owned(),
             aliases: Vec::new(),
             disabled_by_default: false,
+            client_name: None,
             start: Arc::new(move |ctx, args| start(ctx, args).boxed()),
         }
     }
@@ -133,6 +139,22 @@ impl ControllerEntry {
     pub fn disabled_by_default(mut self) -> Self {
         self.disabled_by_default = true;
         self
+    }
+
+    /// Names the controller's client (default: the controller's name). The controller's
+    /// [`ControllerContext::client`] is then that client: with
+    /// `--use-service-account-credentials` it authenticates as ServiceAccount
+    /// `kube-system/<name>` (the built-in controllers use `node-controller`,
+    /// `service-controller` and `route-controller`, whose RBAC kube-apiserver's bootstrap policy
+    /// grants), else it has the main credentials and a user agent ending in `/<name>`.
+    pub fn client(mut self, name: &str) -> Self {
+        self.client_name = Some(name.to_owned());
+        self
+    }
+
+    /// The name of the controller's client.
+    pub fn client_name(&self) -> &str {
+        self.client_name.as_deref().unwrap_or(&self.name)
     }
 
     fn metric_name(&self) -> &str {
@@ -618,20 +640,33 @@ where
             master_status.clone(),
         );
 
-        // 6. Client.
+        // 6. Clients: one per controller, as Go's client builders (see `crate::client`).
         let config = crate::client::load_config(&options)
             .await
             .map_err(|e| fail(format_args!("{e}")))?;
-        // The Event writer gets a client of its own (see `crate::events`).
-        let clients = crate::client::build_clients(
+        let use_service_accounts = options.use_service_account_credentials();
+        let clients = crate::client::ClientFactory::new(
             config,
             options.kube.kube_api_qps,
             options.kube.kube_api_burst,
             self.version,
             &metrics,
+            use_service_accounts,
         )
         .map_err(|e| fail(format_args!("{e}")))?;
-        let client = clients.controllers;
+        if use_service_accounts {
+            tracing::info!(
+                "--use-service-account-credentials: each controller authenticates as its own ServiceAccount in kube-system"
+            );
+        }
+        let client = clients.root();
+        let informer_client = clients
+            .root_credentials_client(crate::client::INFORMERS_CLIENT_NAME)
+            .map_err(|e| fail(format_args!("{e}")))?;
+        // The Event writer's own client, for Events not recorded by a controller.
+        let event_client = clients
+            .root_credentials_client(crate::client::ROOT_CLIENT_NAME)
+            .map_err(|e| fail(format_args!("{e}")))?;
 
         // 7. Serving.
         let election = options.leader_election.leader_elect;
@@ -698,7 +733,9 @@ where
             options: Arc::new(options),
             vendor: Arc::new(vendor),
             client,
-            event_client: clients.events,
+            informer_client,
+            clients,
+            event_client,
             budgeted,
             metrics,
             workqueue_metrics,
@@ -820,7 +857,13 @@ enum Lead {
 struct LeadEnv {
     options: Arc<Options>,
     vendor: Arc<dyn Any + Send + Sync>,
+    /// The root client (leader election, the provider's `initialize`).
     client: Client,
+    /// The shared informers' client (root credentials).
+    informer_client: Client,
+    /// Makes each controller's client.
+    clients: crate::client::ClientFactory,
+    /// The Event writer's own client (Events of no controller).
     event_client: Client,
     budgeted: Arc<BudgetedProvider>,
     metrics: Arc<MetricsRegistry>,
@@ -871,7 +914,8 @@ impl LeadEnv {
         ));
         let ctx = ControllerContext::start(
             ContextParams {
-                client: self.client.clone(),
+                client: self.informer_client.clone(),
+                clients: Some(self.clients.clone()),
                 cloud: self.budgeted.clone(),
                 metrics: self.metrics.clone(),
                 workqueue_metrics: self.workqueue_metrics.clone(),
@@ -927,9 +971,23 @@ impl LeadEnv {
                 if work.is_cancelled() {
                     break;
                 }
-                tracing::info!(controller = %entry.name, "starting controller");
+                tracing::info!(controller = %entry.name, client = entry.client_name(), "starting controller");
+                // The controller's own client (with --use-service-account-credentials its
+                // ServiceAccount's token, fetched now, as Go's `ClientOrDie`).
+                let own = tokio::select! {
+                    own = ctx.clone().for_client(entry.client_name()) => own,
+                    () = work.cancelled() => break,
+                    reason = lost_signal(&mut lost) => break 'run Some(Lead::Lost(reason)),
+                };
+                let own = match own {
+                    Ok(own) => own,
+                    Err(e) => {
+                        tracing::error!(controller = %entry.name, "cannot start the controller: {e}");
+                        break 'run Some(Lead::Done(1));
+                    }
+                };
                 self.running.get_or_create(&self.managed(entry)).set(1);
-                let fut = (entry.start)(ctx.clone(), args.clone());
+                let fut = (entry.start)(own, args.clone());
                 controllers.spawn(async move { (i, fut.await) });
                 if !interval.is_zero() && i + 1 < self.enabled.len() {
                     tokio::select! {
