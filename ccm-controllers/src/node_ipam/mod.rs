@@ -254,15 +254,17 @@ pub async fn run_range_allocator(
     config: NodeIpamConfig,
 ) -> Result<(), ControllerError> {
     let pool = config.pool()?;
-    // Subscribe before reading the store, so no change falls in between.
-    let mut changes = ctx.nodes.subscribe();
-    let synced = tokio::select! {
+    // Subscribe (after the first list) before reading the store, so no change falls in
+    // between; the start-up pass below covers the store, so the subscription's initial state
+    // is skipped.
+    let changes = tokio::select! {
         () = ctx.shutdown.cancelled() => return Ok(()),
-        synced = ctx.nodes.wait_until_synced() => synced,
+        changes = ctx.nodes.subscribe() => changes,
     };
-    if !synced {
+    let Some(mut changes) = changes else {
         return Err(ControllerError::NotSynced(NAME));
-    }
+    };
+    changes.skip_initial();
     let metrics = PoolMetrics::register(&ctx.metrics);
     let recorder = ctx.recorder(EVENT_COMPONENT);
     let reconciler = Arc::new(NodeIpamSync::new(ctx.clone(), pool, recorder, metrics));
