@@ -43,12 +43,15 @@ pub use machinery::budget::{BudgetConfig, BudgetedProvider, MIN_RETRY_AFTER};
 pub use machinery::context::{ContextParams, ControllerContext, InformerScope};
 pub use machinery::error::ControllerError;
 pub use machinery::events::{
-    EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT, MAX_TRIES_PER_EVENT,
+    DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT,
+    MAX_TRIES_PER_EVENT,
 };
 pub use machinery::go_syntax::parse_go_duration;
 pub use machinery::informer::{Change, Informer, Subscription, strip_node};
 pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
-pub use machinery::workqueue::{Backoff, Outcome, WorkQueue};
+pub use machinery::workqueue::{Activity, ActivityGuard, Backoff, Outcome, WorkQueue};
+pub use runtime::builtin::builtin_controllers;
+pub use runtime::client::{ClientError, ClientFactory, user_agent};
 pub use runtime::{
     Builder, ControllerEntry, ControllerFuture, NoArgs, StartArgs, StartFn, parse_flags, run,
 };

@@ -33,7 +33,8 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 mod node_common;
-use node_common::{RUN_LABEL, Running, TIMEOUT, Test};
+use ccm_testing::harness::ControllerHarness;
+use node_common::{RUN_LABEL, TIMEOUT, Test};
 
 // ---------------------------------------------------------------------------------------------
 // Harness (the shared part is in `node_common`)
@@ -44,8 +45,28 @@ impl Test {
         kubelet_node(name).label(RUN_LABEL, &self.run)
     }
 
-    fn run_controller(&self, cloud: Arc<dyn CloudProvider>, config: CloudNodeConfig) -> Running {
-        self.spawn(cloud, |ctx| cloud_node::run(ctx, config))
+    async fn run_controller(
+        &self,
+        cloud: Arc<dyn CloudProvider>,
+        config: CloudNodeConfig,
+    ) -> ControllerHarness {
+        self.start_controller(cloud, cloud_node::NAME, move |ctx| {
+            cloud_node::run(ctx, config.clone())
+        })
+        .await
+    }
+
+    /// The error the controller stops with at once, under `config` and `cloud`.
+    async fn refused(
+        &self,
+        cloud: Arc<dyn CloudProvider>,
+        config: CloudNodeConfig,
+    ) -> ControllerError {
+        self.run_controller(cloud, config)
+            .await
+            .stop()
+            .await
+            .unwrap_err()
     }
 
     async fn wait_event(&self, node: &str, reason: &str) -> (String, String, String) {
@@ -286,7 +307,7 @@ async fn initializes_a_tainted_node_with_instances_v2() {
     if let Some(server) = t.cluster.api_server() {
         server.clear_requests();
     }
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
@@ -349,7 +370,7 @@ async fn initializes_a_tainted_node_with_instances_v2() {
             ]
         );
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -362,7 +383,7 @@ async fn initializes_with_legacy_instances_and_zones() {
         .build();
     let name = t.name("v1");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
@@ -386,7 +407,7 @@ async fn initializes_with_legacy_instances_and_zones() {
     assert_eq!(fake.call_count("node_addresses_by_provider_id"), 1);
     assert_eq!(fake.call_count("get_zone_by_provider_id"), 1);
     assert_eq!(fake.call_count("instance_type"), 0);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -406,7 +427,7 @@ async fn legacy_fallbacks_by_name_and_no_zones() {
     fake.inject("node_addresses_by_provider_id", Fault::FailNext(1));
     let name = t.name("v1-byname");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
@@ -419,7 +440,7 @@ async fn legacy_fallbacks_by_name_and_no_zones() {
     assert_eq!(label(&node, LABEL_TOPOLOGY_REGION), None);
     assert_eq!(fake.call_count("instance_type"), 1);
     assert_eq!(fake.call_count("node_addresses"), 1);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -433,7 +454,7 @@ async fn legacy_instance_id_not_implemented_initializes_without_provider_id() {
     fake.inject("instance_id", Fault::NotImplemented);
     let name = t.name("v1-noid");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), None);
@@ -441,7 +462,7 @@ async fn legacy_instance_id_not_implemented_initializes_without_provider_id() {
     // Without a providerID the by-name lookups are used directly.
     assert_eq!(fake.call_count("instance_type_by_provider_id"), 0);
     assert_eq!(fake.call_count("instance_type"), 1);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -458,7 +479,7 @@ async fn empty_provider_id_keeps_the_node_tainted() {
             .build(),
     )
     .await;
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     // The node that already has a providerID is initialised with it.
     let node = t.wait_initialized(&preset).await;
@@ -477,7 +498,7 @@ async fn empty_provider_id_keeps_the_node_tainted() {
     let node = t.nodes.get(&bare).await.unwrap();
     assert!(has_taint(&node, TAINT_UNINITIALIZED));
     assert_eq!(provider_id(&node), None);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -501,7 +522,7 @@ async fn additional_labels_are_filtered_and_never_overwrite() {
             .build(),
     )
     .await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(
@@ -514,7 +535,7 @@ async fn additional_labels_are_filtered_and_never_overwrite() {
     assert_eq!(label(&node, "k8s.io/sneaky"), None);
     // The well-known labels are set from the cloud, as Go does.
     assert_eq!(label(&node, LABEL_TOPOLOGY_ZONE), Some("zone-a"));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -537,7 +558,7 @@ async fn label_reconcile_of_initialized_nodes_needs_no_cloud() {
             .build(),
     )
     .await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
         label(n, LABEL_TOPOLOGY_ZONE) == Some("z1") && label(n, LABEL_TOPOLOGY_REGION) == Some("r1")
@@ -561,7 +582,7 @@ async fn label_reconcile_of_initialized_nodes_needs_no_cloud() {
     })
     .await
     .unwrap();
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -577,7 +598,7 @@ async fn kubelet_hostname_is_kept_when_the_cloud_reports_none() {
     let name = t.name("hostname");
     let fake_addrs = fake_addresses(&probe.fake, &name).await;
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     t.wait_event(&name, "Synced").await;
     let node = t.nodes.get(&name).await.unwrap();
@@ -587,7 +608,7 @@ async fn kubelet_hostname_is_kept_when_the_cloud_reports_none() {
         .collect();
     expected.push(addr("Hostname", &name));
     assert_eq!(addresses(&node), expected);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -597,13 +618,13 @@ async fn zero_cloud_addresses_leave_the_nodes_addresses_alone() {
     let probe = Probe::new(FakeCloud::default(), |m| m.node_addresses.clear());
     let name = t.name("noaddr");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     t.wait_event(&name, "Synced").await;
     let node = t.nodes.get(&name).await.unwrap();
     assert!(!has_taint(&node, TAINT_UNINITIALIZED));
     assert_eq!(addresses(&node), vec![addr("Hostname", &name)]);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -632,7 +653,7 @@ async fn provided_node_ip_single_stack_goes_first_and_drops_other_internal_ips()
             .build(),
     )
     .await;
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     t.wait_event(&name, "Synced").await;
     let node = t.nodes.get(&name).await.unwrap();
@@ -640,7 +661,7 @@ async fn provided_node_ip_single_stack_goes_first_and_drops_other_internal_ips()
         addresses(&node),
         vec![addr("InternalIP", &ip), addr("Hostname", &name)]
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -669,7 +690,7 @@ async fn provided_node_ip_dual_stack_in_requested_order() {
         .get_or_insert_with(BTreeMap::new)
         .insert(ANNOTATION_PROVIDED_NODE_IP.into(), format!("fd00::11,{v4}"));
     t.create(&node).await;
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     t.wait_event(&name, "Synced").await;
     let node = t.nodes.get(&name).await.unwrap();
@@ -682,7 +703,7 @@ async fn provided_node_ip_dual_stack_in_requested_order() {
             addr("ExternalIP", "198.51.100.7"),
         ]
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -698,7 +719,7 @@ async fn unknown_provided_node_ip_keeps_the_node_tainted_until_fixed() {
         .get_or_insert_with(BTreeMap::new)
         .insert(ANNOTATION_PROVIDED_NODE_IP.into(), format!("{ip},fd00::99"));
     t.create(&node).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let (type_, _, note) = t.wait_event(&name, "SyncFailed").await;
     assert_eq!(type_, "Warning");
@@ -723,7 +744,7 @@ async fn unknown_provided_node_ip_keeps_the_node_tainted_until_fixed() {
         .unwrap();
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -750,14 +771,16 @@ async fn periodic_refresh_updates_addresses_of_initialized_nodes() {
             .build(),
     )
     .await;
-    let running = t.run_controller(
-        fake.provider(),
-        CloudNodeConfig {
-            status_update_frequency: Duration::from_millis(500),
-            status_update_workers: 2,
-            ..CloudNodeConfig::default()
-        },
-    );
+    let running = t
+        .run_controller(
+            fake.provider(),
+            CloudNodeConfig {
+                status_update_frequency: Duration::from_millis(500),
+                status_update_workers: 2,
+                ..CloudNodeConfig::default()
+            },
+        )
+        .await;
     wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
         addresses(n) == expected
     })
@@ -779,7 +802,7 @@ async fn periodic_refresh_updates_addresses_of_initialized_nodes() {
             .count();
         assert_eq!(status_writes, 1);
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -803,7 +826,7 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
         .collect();
     t.create(&t.node(&name).addresses(cloud_addresses).build())
         .await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     assert!(
         eventually(TIMEOUT, || async {
@@ -845,7 +868,7 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
             "a write planned from the old taints is refused, then redone"
         );
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -856,7 +879,7 @@ async fn metadata_failure_is_reported_and_retried_until_it_works() {
     fake.inject("instance_metadata", Fault::FailNext(3));
     let name = t.name("flaky");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let node = t.wait_initialized(&name).await;
     assert_eq!(provider_id(&node), Some(format!("fake://{name}").as_str()));
@@ -874,7 +897,7 @@ async fn metadata_failure_is_reported_and_retried_until_it_works() {
         warning.2
     );
     assert!(warning.2.contains("injected failure"), "{}", warning.2);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -891,7 +914,7 @@ async fn retry_error_requeues_after_the_providers_delay_without_a_warning() {
     );
     let name = t.name("retry");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     assert!(
         eventually(TIMEOUT, || async {
@@ -909,7 +932,7 @@ async fn retry_error_requeues_after_the_providers_delay_without_a_warning() {
         !t.events(&name).await.iter().any(|e| e.1 == "SyncFailed"),
         "no Warning for a Retry"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -924,7 +947,7 @@ async fn failed_address_write_keeps_the_node_tainted_until_retried() {
     let expected = fake_addresses(&fake, &name).await;
     t.create(&t.node(&name).build()).await;
     server.fail_next("patch", "nodes/status", 1, 500, None);
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     let (_, _, note) = t.wait_event(&name, "SyncFailed").await;
     assert!(note.contains("addresses"), "{note}");
@@ -936,7 +959,7 @@ async fn failed_address_write_keeps_the_node_tainted_until_retried() {
     // once, after the addresses were written.
     assert_eq!(fake.call_count("instance_metadata"), 2);
     assert_eq!(spec_patch_statuses(server, &name, None), vec![200]);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -986,12 +1009,12 @@ async fn addresses_are_written_before_the_taint_comes_off() {
         "the test needs an address change"
     );
     let (watch, done) = watch_versions(&t, &name);
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
 
     t.wait_event(&name, "Synced").await;
     let _ = done.send(());
     let versions = watch.await.unwrap();
-    running.stop().await;
+    running.stop().await.unwrap();
     let first_untainted = versions
         .iter()
         .find(|n| !has_taint(n, TAINT_UNINITIALIZED))
@@ -1023,7 +1046,7 @@ async fn a_kubelet_status_write_during_initialization_costs_no_round_trip() {
     if let Some(server) = t.cluster.api_server() {
         server.clear_requests();
     }
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     // The controller has read the node and waits for the cloud...
     tokio::time::timeout(TIMEOUT, probe.hold().entered.notified())
@@ -1057,7 +1080,7 @@ async fn a_kubelet_status_write_during_initialization_costs_no_round_trip() {
             "the spec patch does not fail on kubelet's status write (no conflict, no re-read)"
         );
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -1077,52 +1100,51 @@ async fn nodes_are_initialized_in_parallel() {
     for n in &names {
         t.create(&t.node(n).build()).await;
     }
-    let running = t.run_controller(
-        probe.clone(),
-        CloudNodeConfig {
-            workers: 4,
-            ..quiet_config()
-        },
-    );
+    let running = t
+        .run_controller(
+            probe.clone(),
+            CloudNodeConfig {
+                workers: 4,
+                ..quiet_config()
+            },
+        )
+        .await;
     for n in &names {
         t.wait_initialized(n).await;
     }
     let max = probe.max_in_flight.load(Ordering::SeqCst);
     assert!(max > 1 && max <= 4, "max concurrent cloud calls: {max}");
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn zero_workers_and_missing_capabilities_are_refused() {
     let t = Test::start().await;
-    let (ctx, mut tasks) = t.context(FakeCloud::default().provider());
-    let err = cloud_node::run(
-        ctx.clone(),
-        CloudNodeConfig {
-            workers: 0,
-            ..CloudNodeConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = t
+        .refused(
+            FakeCloud::default().provider(),
+            CloudNodeConfig {
+                workers: 0,
+                ..CloudNodeConfig::default()
+            },
+        )
+        .await;
     assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("--concurrent-node-syncs"), "{err}");
-    let err = cloud_node::run(
-        ctx.clone(),
-        CloudNodeConfig {
-            status_update_frequency: Duration::ZERO,
-            ..CloudNodeConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = t
+        .refused(
+            FakeCloud::default().provider(),
+            CloudNodeConfig {
+                status_update_frequency: Duration::ZERO,
+                ..CloudNodeConfig::default()
+            },
+        )
+        .await;
     assert!(
         err.to_string().contains("--node-status-update-frequency"),
         "{err}"
     );
-    ctx.shutdown.cancel();
-    tasks.shutdown().await;
 
     let no_instances = FakeCloud::builder()
         .capabilities(Capabilities {
@@ -1131,10 +1153,9 @@ async fn zero_workers_and_missing_capabilities_are_refused() {
             ..Capabilities::default()
         })
         .build();
-    let (ctx, mut tasks) = t.context(no_instances.provider());
-    let err = cloud_node::run(ctx.clone(), CloudNodeConfig::default())
-        .await
-        .unwrap_err();
+    let err = t
+        .refused(no_instances.provider(), CloudNodeConfig::default())
+        .await;
     assert!(
         matches!(
             err,
@@ -1145,8 +1166,6 @@ async fn zero_workers_and_missing_capabilities_are_refused() {
         ),
         "{err:?}"
     );
-    ctx.shutdown.cancel();
-    tasks.shutdown().await;
     assert_eq!(
         CloudNodeConfig::default().workers,
         cloud_node::DEFAULT_WORKERS
@@ -1164,9 +1183,9 @@ async fn metrics_use_gos_names() {
     let fake = FakeCloud::default();
     let name = t.name("metrics");
     t.create(&t.node(&name).build()).await;
-    let running = t.run_controller(fake.provider(), quiet_config());
+    let running = t.run_controller(fake.provider(), quiet_config()).await;
     t.wait_event(&name, "Synced").await;
-    let text = running.ctx.metrics.encode().unwrap();
+    let text = running.metrics();
     for needle in [
         "node_controller_cloud_provider_taint_removal_delay_seconds_count 1",
         "node_controller_initial_node_sync_delay_seconds_count 1",
@@ -1177,7 +1196,7 @@ async fn metrics_use_gos_names() {
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -1203,7 +1222,7 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
             label(node, GENERATION_LABEL).unwrap_or("unlabelled")
         );
     });
-    let running = t.run_controller(probe.clone(), quiet_config());
+    let running = t.run_controller(probe.clone(), quiet_config()).await;
 
     // The controller is waiting for the old Node's cloud answer...
     tokio::time::timeout(TIMEOUT, probe.hold().entered.notified())
@@ -1254,6 +1273,6 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
         let spec_patches = spec_patch_statuses(server, &name, None);
         assert_eq!(spec_patches, vec![200], "{spec_patches:?}");
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }

@@ -657,7 +657,7 @@ async fn hung_event_writes_do_not_hold_up_load_balancers() {
     let fake = FakeCloud::default();
     let n1 = cluster.unique_name("n");
     create_node(&cluster, &n1).await;
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let api = services(&cluster, &ns);
     let first = cluster.unique_name("web");
     cluster
@@ -714,7 +714,11 @@ async fn hung_event_writes_do_not_hold_up_node_initialisation() {
         status_update_frequency: Duration::from_secs(3600),
         ..CloudNodeConfig::default()
     };
-    let running = t.spawn(fake.provider(), |ctx| cloud_node::run(ctx, config));
+    let running = t
+        .start_controller(fake.provider(), cloud_node::NAME, move |ctx| {
+            cloud_node::run(ctx, config.clone())
+        })
+        .await;
     let name = t.name("hung");
     t.create(&kubelet_node(&name).label(RUN_LABEL, &t.run).build())
         .await;
@@ -739,7 +743,7 @@ async fn hung_event_writes_do_not_hold_up_node_initialisation() {
             .any(|r| r.resource == "events" && r.status == 429),
         "the Event write was never held up"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 

@@ -393,9 +393,17 @@ fn every_flag_in_go_syntax() {
             },
         ),
         (&["--use-service-account-credentials=false"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--use-service-account-credentials has no effect"))
+            !o.use_service_account_credentials()
+                && !o
+                    .warnings()
+                    .iter()
+                    .any(|w| w.contains("--use-service-account-credentials"))
+        }),
+        (&["--use-service-account-credentials"], |o| {
+            o.use_service_account_credentials()
+        }),
+        (&["--use-service-account-credentials=true"], |o| {
+            o.use_service_account_credentials()
         }),
         (&["--enable-leader-migration=false"], |o| {
             o.warnings()
@@ -446,6 +454,7 @@ fn every_flag_in_go_syntax() {
     // A full Go-style command line validates.
     let o = ok(&[
         "--cloud-provider=acme",
+        "--use-service-account-credentials=true",
         "--cluster-name=prod",
         "--cluster-cidr=10.244.0.0/16",
         "--leader-elect=true",
@@ -631,10 +640,6 @@ fn invalid_values_fail_validation_with_the_flag_named() {
         (
             &["--cloud-api-qps=5", "--cloud-api-burst=0"],
             "invalid value for --cloud-api-burst: must be >= 1",
-        ),
-        (
-            &["--use-service-account-credentials"],
-            "invalid value for --use-service-account-credentials: per-controller service accounts are not implemented",
         ),
         (
             &["--enable-leader-migration=true"],

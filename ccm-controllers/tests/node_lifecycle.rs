@@ -19,11 +19,10 @@ use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, 
 use ccm_testing::builders::{NodeBuilder, kubelet_node};
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
-use kube::api::{Patch, PatchParams};
-use serde_json::json;
 
 mod node_common;
-use node_common::{RUN_LABEL, Running, TIMEOUT, Test};
+use ccm_testing::harness::ControllerHarness;
+use node_common::{RUN_LABEL, TIMEOUT, Test};
 
 // ---------------------------------------------------------------------------------------------
 // Harness (the shared part is in `node_common`)
@@ -37,30 +36,32 @@ impl Test {
             .label(RUN_LABEL, &self.run)
     }
 
-    fn run_controller(
+    async fn run_controller(
         &self,
         cloud: Arc<dyn CloudProvider>,
         config: NodeLifecycleConfig,
-    ) -> Running {
-        self.spawn(cloud, |ctx| node_lifecycle::run(ctx, config))
+    ) -> ControllerHarness {
+        self.start_controller(cloud, node_lifecycle::NAME, move |ctx| {
+            node_lifecycle::run(ctx, config.clone())
+        })
+        .await
+    }
+
+    /// The error the controller stops with at once, under `config` and `cloud`.
+    async fn refused(
+        &self,
+        cloud: Arc<dyn CloudProvider>,
+        config: NodeLifecycleConfig,
+    ) -> ControllerError {
+        self.run_controller(cloud, config)
+            .await
+            .stop()
+            .await
+            .unwrap_err()
     }
 
     async fn set_ready(&self, name: &str, ready: bool) {
-        let node = self.nodes.get(name).await.unwrap();
-        let mut conditions = node.status.unwrap().conditions.unwrap();
-        for c in &mut conditions {
-            if c.type_ == "Ready" {
-                c.status = if ready { "True" } else { "False" }.into();
-            }
-        }
-        self.nodes
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"conditions": conditions}})),
-            )
-            .await
-            .unwrap();
+        ccm_testing::harness::set_node_ready(&self.cluster.client(), name, ready).await;
     }
 }
 
@@ -153,7 +154,9 @@ async fn gone_instance_is_deleted_after_two_answers_a_grace_period_apart() {
     let name = t.name("gone");
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::from_secs(1)));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::from_secs(1)))
+        .await;
 
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
     // At least two "gone" answers: the first is only recorded.
@@ -168,7 +171,7 @@ async fn gone_instance_is_deleted_after_two_answers_a_grace_period_apart() {
         )),
         "{events:?}"
     );
-    let text = running.ctx.metrics.encode().unwrap();
+    let text = running.metrics();
     assert!(
         text.contains("node_lifecycle_controller_checks_total{outcome=\"gone_first\"} 1"),
         "{text}"
@@ -177,7 +180,7 @@ async fn gone_instance_is_deleted_after_two_answers_a_grace_period_apart() {
         text.contains("node_lifecycle_controller_checks_total{outcome=\"deleted\"} 1"),
         "{text}"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -187,7 +190,9 @@ async fn one_gone_answer_never_deletes() {
     let name = t.name("once");
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::from_secs(3600)));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::from_secs(3600)))
+        .await;
 
     // Many checks, every one "gone", but never two a grace period apart.
     calls_reach(&fake, "instance_exists", 5).await;
@@ -196,7 +201,7 @@ async fn one_gone_answer_never_deletes() {
         "deleted on an unconfirmed answer"
     );
     assert!(!t.events(&name).await.iter().any(|e| e.1 == "DeletingNode"));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -206,18 +211,20 @@ async fn zero_grace_period_deletes_on_the_first_answer_like_go() {
     let name = t.name("go");
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(
-        fake.provider(),
-        NodeLifecycleConfig {
-            monitor_period: Duration::from_secs(3600),
-            deletion_grace_period: Duration::ZERO,
-            ..NodeLifecycleConfig::default()
-        },
-    );
+    let running = t
+        .run_controller(
+            fake.provider(),
+            NodeLifecycleConfig {
+                monitor_period: Duration::from_secs(3600),
+                deletion_grace_period: Duration::ZERO,
+                ..NodeLifecycleConfig::default()
+            },
+        )
+        .await;
     // One pass only (the next is an hour away): one answer deletes.
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
     assert_eq!(fake.call_count("instance_exists"), 1);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -229,12 +236,14 @@ async fn errors_never_delete_not_even_instance_not_found() {
     fake.inject("instance_exists", Fault::InstanceNotFound);
     t.create(&t.node(&name).not_ready().build()).await;
     // Even with Go's delete-on-first-answer.
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
 
     calls_reach(&fake, "instance_exists", 5).await;
     assert!(t.nodes.get(&name).await.is_ok(), "deleted on an error");
     assert_eq!(fake.call_count("instance_shutdown"), 0);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -244,7 +253,9 @@ async fn errors_do_not_confirm_a_first_gone_answer() {
     let name = t.name("gap");
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::from_secs(1)));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::from_secs(1)))
+        .await;
 
     // First "gone" answer, then only errors for well over the grace period.
     calls_reach(&fake, "instance_exists", 1).await;
@@ -259,7 +270,7 @@ async fn errors_do_not_confirm_a_first_gone_answer() {
     // The next "gone" answer, more than the grace period after the first, confirms it.
     fake.clear_faults();
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -269,7 +280,9 @@ async fn instance_that_comes_back_resets_the_first_gone_answer() {
     let name = t.name("back");
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::from_secs(2)));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::from_secs(2)))
+        .await;
 
     calls_reach(&fake, "instance_exists", 1).await;
     // The instance exists again, for longer than the grace period: the earlier "gone" is
@@ -283,7 +296,7 @@ async fn instance_that_comes_back_resets_the_first_gone_answer() {
     calls_reach(&fake, "instance_exists", gone_again + 2).await;
     assert!(t.nodes.get(&name).await.is_ok());
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -295,7 +308,9 @@ async fn ready_nodes_are_never_checked_against_the_cloud() {
     let other = t.name("notready");
     t.create(&t.node(&name).build()).await;
     t.create(&t.node(&other).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
 
     // The NotReady node has been checked several times meanwhile.
     calls_reach(&fake, "instance_exists", 3).await;
@@ -304,7 +319,7 @@ async fn ready_nodes_are_never_checked_against_the_cloud() {
         fake.call_log().iter().all(|c| c.subject != name),
         "a Ready node cost a cloud call"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -324,13 +339,15 @@ async fn legacy_provider_node_without_provider_id_is_deleted_when_not_found() {
         .build();
     node.spec.as_mut().unwrap().provider_id = None;
     t.create(&node).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::from_millis(500)));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::from_millis(500)))
+        .await;
 
     // instance_id answers InstanceNotFound: "gone" (Go's rule for the provider-ID lookup).
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
     assert!(fake.call_count("instance_id") >= 2);
     assert_eq!(fake.call_count("instance_exists_by_provider_id"), 0);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -344,7 +361,9 @@ async fn failed_delete_emits_deleting_node_failed_and_is_retried() {
     let fake = FakeCloud::builder().missing_node(&name).build();
     t.create(&t.node(&name).not_ready().build()).await;
     server.fail_next("delete", "nodes", 1, 500, None);
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
 
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
     let events = t.events_including(&name, "DeletingNodeFailed").await;
@@ -362,7 +381,7 @@ async fn failed_delete_emits_deleting_node_failed_and_is_retried() {
         .map(|r| r.status)
         .collect();
     assert_eq!(deletes, vec![500, 200]);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -381,7 +400,9 @@ async fn shutdown_taint_is_added_and_removed_when_ready_again() {
             .build(),
     )
     .await;
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
 
     let node = wait_for(&t.nodes, &name, TIMEOUT, has_shutdown_taint)
         .await
@@ -397,7 +418,7 @@ async fn shutdown_taint_is_added_and_removed_when_ready_again() {
         .await
         .unwrap();
     assert!(has_taint(&node, "example.com/keep"));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -407,11 +428,13 @@ async fn running_instance_gets_no_shutdown_taint() {
     let name = t.name("running");
     let fake = FakeCloud::default();
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
     calls_reach(&fake, "instance_shutdown", 3).await;
     let node = t.nodes.get(&name).await.unwrap();
     assert!(!has_shutdown_taint(&node));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -422,11 +445,13 @@ async fn shutdown_not_implemented_means_not_shut_down() {
     let fake = FakeCloud::builder().shutdown_node(&name).build();
     fake.inject("instance_shutdown", Fault::NotImplemented);
     t.create(&t.node(&name).not_ready().build()).await;
-    let running = t.run_controller(fake.provider(), fast(Duration::ZERO));
+    let running = t
+        .run_controller(fake.provider(), fast(Duration::ZERO))
+        .await;
     calls_reach(&fake, "instance_shutdown", 3).await;
     let node = t.nodes.get(&name).await.unwrap();
     assert!(!has_shutdown_taint(&node));
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -447,47 +472,46 @@ async fn checks_run_in_parallel_with_a_bound() {
         let name = t.name(&format!("par{i}"));
         t.create(&t.node(&name).not_ready().build()).await;
     }
-    let running = t.run_controller(
-        probe.clone(),
-        NodeLifecycleConfig {
-            workers: 3,
-            ..fast(Duration::ZERO)
-        },
-    );
+    let running = t
+        .run_controller(
+            probe.clone(),
+            NodeLifecycleConfig {
+                workers: 3,
+                ..fast(Duration::ZERO)
+            },
+        )
+        .await;
     calls_reach(&probe.fake, "instance_exists", 12).await;
     let max = probe.max_in_flight.load(Ordering::SeqCst);
     assert_eq!(max, 3, "max concurrent exists checks");
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
 #[tokio::test]
 async fn invalid_configuration_is_refused() {
     let t = Test::start().await;
-    let (ctx, mut tasks) = t.context(FakeCloud::default().provider());
-    let err = node_lifecycle::run(
-        ctx.clone(),
-        NodeLifecycleConfig {
-            workers: 0,
-            ..NodeLifecycleConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = t
+        .refused(
+            FakeCloud::default().provider(),
+            NodeLifecycleConfig {
+                workers: 0,
+                ..NodeLifecycleConfig::default()
+            },
+        )
+        .await;
     assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("workers"), "{err}");
-    let err = node_lifecycle::run(
-        ctx.clone(),
-        NodeLifecycleConfig {
-            monitor_period: Duration::ZERO,
-            ..NodeLifecycleConfig::default()
-        },
-    )
-    .await
-    .unwrap_err();
+    let err = t
+        .refused(
+            FakeCloud::default().provider(),
+            NodeLifecycleConfig {
+                monitor_period: Duration::ZERO,
+                ..NodeLifecycleConfig::default()
+            },
+        )
+        .await;
     assert!(err.to_string().contains("--node-monitor-period"), "{err}");
-    ctx.shutdown.cancel();
-    tasks.shutdown().await;
 
     let none = FakeCloud::builder()
         .capabilities(Capabilities {
@@ -496,10 +520,9 @@ async fn invalid_configuration_is_refused() {
             ..Capabilities::default()
         })
         .build();
-    let (ctx, mut tasks) = t.context(none.provider());
-    let err = node_lifecycle::run(ctx.clone(), NodeLifecycleConfig::default())
-        .await
-        .unwrap_err();
+    let err = t
+        .refused(none.provider(), NodeLifecycleConfig::default())
+        .await;
     assert!(
         matches!(
             err,
@@ -510,8 +533,6 @@ async fn invalid_configuration_is_refused() {
         ),
         "{err:?}"
     );
-    ctx.shutdown.cancel();
-    tasks.shutdown().await;
     let d = NodeLifecycleConfig::default();
     assert_eq!(d.monitor_period, Duration::from_secs(5));
     assert_eq!(d.deletion_grace_period, Duration::from_secs(30));

@@ -12,31 +12,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ccm_controllers::Backoff;
+use ccm_controllers::ControllerError;
 use ccm_controllers::InformerScope;
 use ccm_controllers::controllers::route::{self, RouteConfig};
-use ccm_controllers::{ControllerContext, ControllerError};
 use ccm_core::{CloudProvider, Route};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::{FakeCloud, FakeCloudConfig, Fault};
+use ccm_testing::harness::ControllerHarness;
 use ccm_testing::wait::{eventually, wait_for};
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use tokio::task::{JoinHandle, JoinSet};
 
 const WAIT: Duration = Duration::from_secs(20);
 const LABEL: &str = "route-test.ccm-rs.io/run";
 
-/// A running route controller and what a test needs around it.
-struct Harness {
+/// A route controller running in the controller harness, and what a test needs around it.
+struct RouteTest {
     cluster: TestCluster,
     fake: FakeCloud,
-    ctx: ControllerContext,
-    _tasks: JoinSet<()>,
-    controller: Option<JoinHandle<Result<(), ControllerError>>>,
+    controllers: ControllerHarness,
     /// The value of [`LABEL`] on this test's Nodes.
     run_id: String,
 }
@@ -46,6 +44,12 @@ fn cidr(octet: u8) -> String {
     format!("10.{octet}.0.0/16")
 }
 
+/// The retry backoff of both route queues in these tests.
+const TEST_BACKOFF: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    max: Duration::from_millis(500),
+};
+
 fn test_config(cluster_cidrs: &str) -> RouteConfig {
     RouteConfig {
         cluster_cidrs: route::parse_cluster_cidrs(cluster_cidrs).unwrap(),
@@ -53,43 +57,35 @@ fn test_config(cluster_cidrs: &str) -> RouteConfig {
         // set a shorter period themselves.
         reconciliation_period: Duration::from_secs(3600),
         debounce: Duration::from_millis(100),
-        create_retry_backoff: Backoff {
-            base: Duration::from_millis(100),
-            max: Duration::from_millis(500),
-        },
-        reconcile_retry_backoff: Backoff {
-            base: Duration::from_millis(100),
-            max: Duration::from_millis(500),
-        },
+        create_retry_backoff: TEST_BACKOFF,
+        reconcile_retry_backoff: TEST_BACKOFF,
         ..RouteConfig::default()
     }
 }
 
-/// A context whose Node informer sees only Nodes labelled with `run_id`.
-fn scoped_context(
-    client: Client,
-    cloud: Arc<dyn CloudProvider>,
-    run_id: &str,
-) -> (ControllerContext, JoinSet<()>) {
-    let scope = InformerScope {
-        node_labels: Some(format!("{LABEL}={run_id}")),
-        ..InformerScope::default()
-    };
-    ControllerContext::standalone_scoped(client, cloud, "kubernetes", &scope)
-}
-
-impl Harness {
-    async fn start(fake: FakeCloud, config: RouteConfig) -> Harness {
+impl RouteTest {
+    /// Starts the route controller with `config`; its Node informer sees only this test's
+    /// Nodes (labelled with `run_id`).
+    async fn start(fake: FakeCloud, config: RouteConfig) -> RouteTest {
         let cluster = TestCluster::start().await;
         let run_id = cluster.unique_name("run");
-        let (ctx, tasks) = scoped_context(cluster.client(), fake.provider(), &run_id);
-        let controller = Some(tokio::spawn(route::run(ctx.clone(), config)));
-        Harness {
+        let scope = InformerScope {
+            node_labels: Some(format!("{LABEL}={run_id}")),
+            ..InformerScope::default()
+        };
+        let controllers = ControllerHarness::builder(&cluster, fake.provider())
+            .controller(route::NAME, move |ctx, _| {
+                route::run(ctx, config.clone())
+            })
+            .scope(scope)
+            // The backoff of `test_config` (both queues).
+            .retry_backoff(TEST_BACKOFF)
+            .start()
+            .await;
+        RouteTest {
             cluster,
             fake,
-            ctx,
-            _tasks: tasks,
-            controller,
+            controllers,
             run_id,
         }
     }
@@ -146,11 +142,12 @@ impl Harness {
     }
 
     /// Waits until the controller's own Node informer shows the condition: unlike
-    /// [`Harness::wait_condition`] the test sends no request, so the API server's request log
+    /// [`RouteTest::wait_condition`] the test sends no request, so the API server's request log
     /// for the Node holds only the controller's.
     async fn wait_condition_cached(&self, node: &str, status: &str, reason: &str) {
         let set = eventually(WAIT, || async {
-            self.ctx
+            self.controllers
+                .context()
                 .nodes
                 .get(node)
                 .and_then(|n| network_unavailable(&n))
@@ -177,11 +174,8 @@ impl Harness {
         }
     }
 
-    async fn stop(mut self) {
-        self.ctx.shutdown.cancel();
-        if let Some(c) = self.controller.take() {
-            c.await.unwrap().unwrap();
-        }
+    async fn stop(self) {
+        self.controllers.stop().await.unwrap();
         self.cluster.cleanup().await;
     }
 }
@@ -217,7 +211,7 @@ async fn failed_create_events(client: Client, node: &str) -> Vec<Event> {
 
 #[tokio::test]
 async fn new_node_gets_its_route_and_route_created_condition() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(101))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(101))).await;
     let node = h.node("single", &["10.101.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.101.1.0/24"]).await;
@@ -252,7 +246,7 @@ async fn new_node_gets_its_route_and_route_created_condition() {
 
 #[tokio::test]
 async fn dual_stack_node_gets_one_route_per_family() {
-    let h = Harness::start(
+    let h = RouteTest::start(
         FakeCloud::default(),
         test_config(&format!("{},fd00:102::/56", cidr(102))),
     )
@@ -271,7 +265,7 @@ async fn dual_stack_node_gets_one_route_per_family() {
 #[tokio::test]
 async fn node_joining_gets_its_route_without_waiting_for_the_periodic_reconcile() {
     // The period is an hour: only the watch can produce the route within the wait.
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(103))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(103))).await;
     // Let the initial reconcile (empty) happen first, so the Node arrives afterwards.
     assert!(eventually(WAIT, || async { h.fake.call_count("list_routes") >= 1 }).await);
     let node = h.node("joiner", &["10.103.7.0/24"]).await;
@@ -283,7 +277,7 @@ async fn node_joining_gets_its_route_without_waiting_for_the_periodic_reconcile(
 
 #[tokio::test]
 async fn routes_of_removed_nodes_are_deleted() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(104))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(104))).await;
     let keep = h.node("keep", &["10.104.1.0/24"]).await;
     let gone = h.node("gone", &["10.104.2.0/24"]).await;
     h.wait_routes(&name(&keep), &["10.104.1.0/24"]).await;
@@ -301,7 +295,7 @@ async fn routes_of_removed_nodes_are_deleted() {
 #[tokio::test]
 async fn stale_and_blackhole_routes_are_removed_and_outside_routes_left_alone() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(105))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(105))).await;
     let node = h.node("bh", &["10.105.1.0/24"]).await;
     let n = name(&node);
     let seeded = |name: &str, target: &str, cidr: &str, blackhole: bool| Route {
@@ -347,7 +341,7 @@ async fn stale_and_blackhole_routes_are_removed_and_outside_routes_left_alone() 
 #[tokio::test]
 async fn node_with_routes_but_no_pod_cidrs_gets_no_route_created_and_loses_them() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(106))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(106))).await;
     // Node "plain" has neither pod CIDRs nor routes: it gets no condition.
     let plain = h.node("plain", &[]).await;
     let orphan = h.node("orphan", &[]).await;
@@ -373,7 +367,7 @@ async fn node_with_routes_but_no_pod_cidrs_gets_no_route_created_and_loses_them(
     h.stop().await;
 }
 
-async fn set_addresses(h: &Harness, node: &str, addresses: Vec<NodeAddress>) {
+async fn set_addresses(h: &RouteTest, node: &str, addresses: Vec<NodeAddress>) {
     let patch = serde_json::json!({ "status": { "addresses": addresses } });
     h.nodes()
         .patch_status(node, &PatchParams::default(), &Patch::Merge(patch))
@@ -387,7 +381,7 @@ async fn address_change_recreates_the_route_when_the_provider_tracks_addresses()
         track_node_addresses: true,
         ..FakeCloudConfig::default()
     });
-    let h = Harness::start(fake.clone(), test_config(&cidr(107))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(107))).await;
     let node = h.node("moving", &["10.107.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.107.1.0/24"]).await;
@@ -422,7 +416,7 @@ async fn address_change_recreates_the_route_when_the_provider_tracks_addresses()
 #[tokio::test]
 async fn address_change_is_ignored_when_the_provider_does_not_track_addresses() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(108))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(108))).await;
     let node = h.node("still", &["10.108.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.108.1.0/24"]).await;
@@ -451,7 +445,7 @@ async fn address_change_is_ignored_when_the_provider_does_not_track_addresses() 
 async fn failed_create_emits_an_event_sets_no_route_created_and_is_retried_until_it_succeeds() {
     let fake = FakeCloud::default();
     fake.inject("create_route", Fault::FailNext(1_000));
-    let h = Harness::start(fake.clone(), test_config(&cidr(109))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(109))).await;
     let node = h.node("flaky", &["10.109.1.0/24"]).await;
     let n = name(&node);
 
@@ -509,7 +503,7 @@ async fn failed_create_emits_an_event_sets_no_route_created_and_is_retried_until
 #[tokio::test]
 async fn a_failed_create_does_not_fail_the_rest_of_the_reconcile() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(110))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(110))).await;
     assert!(eventually(WAIT, || async { fake.call_count("list_routes") >= 1 }).await);
     // One of the next two creates fails.
     fake.inject("create_route", Fault::FailNext(1));
@@ -532,7 +526,7 @@ async fn retry_from_the_provider_is_honoured_without_a_failure_event() {
             count: 1,
         },
     );
-    let h = Harness::start(fake.clone(), test_config(&cidr(111))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(111))).await;
     let node = h.node("patient", &["10.111.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.111.1.0/24"]).await;
@@ -550,7 +544,7 @@ async fn steady_state_costs_one_list_routes_per_period_and_ignores_unrelated_nod
     let fake = FakeCloud::default();
     let mut config = test_config(&cidr(112));
     config.reconciliation_period = Duration::from_millis(400);
-    let h = Harness::start(fake.clone(), config).await;
+    let h = RouteTest::start(fake.clone(), config).await;
     let node = h.node("steady", &["10.112.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.112.1.0/24"]).await;
@@ -588,7 +582,7 @@ async fn steady_state_costs_one_list_routes_per_period_and_ignores_unrelated_nod
         "only list_routes in steady state: {others:?}"
     );
 
-    let metrics = h.ctx.metrics.encode().unwrap();
+    let metrics = h.controllers.metrics();
     assert!(
         metrics.contains("route_controller_route_sync_total"),
         "{metrics}"
@@ -603,7 +597,7 @@ async fn steady_state_costs_one_list_routes_per_period_and_ignores_unrelated_nod
 #[tokio::test]
 async fn with_an_hour_period_an_idle_cluster_costs_no_cloud_calls() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(113))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(113))).await;
     let node = h.node("idle", &["10.113.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.113.1.0/24"]).await;
@@ -631,21 +625,32 @@ async fn with_an_hour_period_an_idle_cluster_costs_no_cloud_calls() {
 async fn startup_fails_without_a_cluster_cidr_naming_both_flags() {
     let cluster = TestCluster::start().await;
     let fake = FakeCloud::default();
-    let (ctx, _tasks) =
-        ControllerContext::standalone(cluster.client(), fake.provider(), "kubernetes");
-    let err = route::run(ctx.clone(), RouteConfig::default())
+    let err = ControllerHarness::builder(&cluster, fake.provider())
+        .controller(route::NAME, |ctx, _| {
+            route::run(ctx, RouteConfig::default())
+        })
+        .start()
+        .await
+        .stop()
         .await
         .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
     assert!(msg.contains("--cluster-cidr"), "{msg}");
     assert!(msg.contains("--configure-cloud-routes=false"), "{msg}");
-    assert_eq!(fake.call_counts().values().sum::<usize>(), 0);
+    // No cloud call but the provider's `initialize`, which the runtime makes before any
+    // controller starts.
+    let calls: usize = fake
+        .call_counts()
+        .iter()
+        .filter(|(op, _)| op.as_str() != "initialize")
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(calls, 0, "{:?}", fake.call_counts());
 
     // An invalid value (two IPv4 CIDRs) is refused too, by the parser the runtime uses.
     let e = route::parse_cluster_cidrs("10.0.0.0/16,10.1.0.0/16").unwrap_err();
     assert!(e.contains("one IPv4 and one IPv6"), "{e}");
-    ctx.shutdown.cancel();
     cluster.cleanup().await;
 }
 
@@ -658,9 +663,13 @@ async fn startup_fails_when_the_provider_has_no_routes() {
         }
     }
     let cluster = TestCluster::start().await;
-    let (ctx, _tasks) =
-        ControllerContext::standalone(cluster.client(), Arc::new(NoRoutes), "kubernetes");
-    let err = route::run(ctx.clone(), test_config("10.114.0.0/16"))
+    let err = ControllerHarness::builder(&cluster, Arc::new(NoRoutes))
+        .controller(route::NAME, |ctx, _| {
+            route::run(ctx, test_config("10.114.0.0/16"))
+        })
+        .start()
+        .await
+        .stop()
         .await
         .unwrap_err();
     assert!(
@@ -673,14 +682,13 @@ async fn startup_fails_when_the_provider_has_no_routes() {
         ),
         "{err:?}"
     );
-    ctx.shutdown.cancel();
     cluster.cleanup().await;
 }
 
 /// A kubelet Node labelled for this test, with pod CIDRs and a pre-set `NetworkUnavailable`
 /// condition (as a CNI or an earlier controller left it), both dated `T0`.
 async fn node_with_condition(
-    h: &Harness,
+    h: &RouteTest,
     prefix: &str,
     cidr: &str,
     status: &str,
@@ -715,7 +723,7 @@ fn t0() -> Time {
 
 #[tokio::test]
 async fn another_reason_is_overwritten_keeping_the_transition_time_when_the_status_holds() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(115))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(115))).await;
     let node = node_with_condition(&h, "cni", "10.115.1.0/24", "False", "CalicoIsUp").await;
     let n = name(&node);
     let updated = h.wait_condition(&n, "False", "RouteCreated").await;
@@ -731,7 +739,7 @@ async fn another_reason_is_overwritten_keeping_the_transition_time_when_the_stat
 
 #[tokio::test]
 async fn a_status_change_moves_the_transition_time() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(116))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(116))).await;
     let node = node_with_condition(&h, "flip", "10.116.1.0/24", "True", "NoRouteCreated").await;
     let n = name(&node);
     let updated = h.wait_condition(&n, "False", "RouteCreated").await;
@@ -743,7 +751,7 @@ async fn a_status_change_moves_the_transition_time() {
 
 #[tokio::test]
 async fn an_unchanged_condition_is_not_rewritten() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(117))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(117))).await;
     let node = node_with_condition(&h, "same", "10.117.1.0/24", "False", "RouteCreated").await;
     let n = name(&node);
     h.wait_routes(&n, &["10.117.1.0/24"]).await;
@@ -765,7 +773,7 @@ async fn an_unchanged_condition_is_not_rewritten() {
 
 #[tokio::test]
 async fn a_conflicting_condition_write_is_retried_on_a_fresh_read() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(118))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(118))).await;
     let Some(server) = h.cluster.api_server() else {
         // Needs fault injection: the in-process API server only.
         h.stop().await;
@@ -806,7 +814,7 @@ async fn a_conflicting_condition_write_is_retried_on_a_fresh_read() {
 
 #[tokio::test]
 async fn a_nodes_route_and_condition_cost_one_status_patch_and_no_read() {
-    let h = Harness::start(FakeCloud::default(), test_config(&cidr(121))).await;
+    let h = RouteTest::start(FakeCloud::default(), test_config(&cidr(121))).await;
     let Some(server) = h.cluster.api_server() else {
         // Needs the request log: the in-process API server only.
         h.stop().await;
@@ -854,7 +862,7 @@ async fn a_failed_or_retried_list_requeues_the_reconcile_without_waiting_for_the
         },
     ] {
         let fake = FakeCloud::default();
-        let h = Harness::start(fake.clone(), test_config(&cidr(119))).await;
+        let h = RouteTest::start(fake.clone(), test_config(&cidr(119))).await;
         assert!(eventually(WAIT, || async { fake.call_count("list_routes") >= 1 }).await);
         h.settle().await;
         fake.reset_calls();
@@ -875,7 +883,7 @@ async fn a_failed_or_retried_list_requeues_the_reconcile_without_waiting_for_the
 #[tokio::test]
 async fn a_failed_delete_is_retried_with_backoff() {
     let fake = FakeCloud::default();
-    let h = Harness::start(fake.clone(), test_config(&cidr(120))).await;
+    let h = RouteTest::start(fake.clone(), test_config(&cidr(120))).await;
     let node = h.node("undeletable", &["10.120.1.0/24"]).await;
     let n = name(&node);
     h.wait_routes(&n, &["10.120.1.0/24"]).await;

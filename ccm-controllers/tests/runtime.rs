@@ -747,8 +747,8 @@ async fn serving_metrics_and_vendor_controllers() {
             .lock()
             .unwrap()
             .iter()
-            .any(|a| a == "cloud-controller-manager/1.2.3-acme"),
-        "user agent: {:?}",
+            .any(|a| *a == ccm_controllers::user_agent("1.2.3-acme", "shared-informers")),
+        "the informers' lists and watches carry the version and their client name: {:?}",
         user_agents().lock().unwrap()
     );
 

@@ -442,11 +442,12 @@ async fn renewal_failures_keep_the_lease_until_the_renew_deadline_then_exit_1() 
     let a = Replica::start(&cluster, &cloud, &namespace, &lease, &timing);
     assert!(eventually(WAIT, || async { a.runs_controllers() }).await);
     assert!(
-        server
-            .requests()
-            .iter()
-            .any(|r| r.user_agent.as_deref() == Some("cloud-controller-manager/0.1.0")),
-        "user agent cloud-controller-manager/<version>"
+        server.requests().iter().any(|r| r.user_agent.as_deref()
+            == Some(&*ccm_controllers::user_agent(
+                "0.1.0",
+                "cloud-controller-manager"
+            ))),
+        "user agent cloud-controller-manager/<version> (<os>/<arch>) kubernetes/unknown/cloud-controller-manager"
     );
 
     // One failed renewal is retried and does not cost the lease.

@@ -33,7 +33,7 @@ async fn ensure_adds_finalizer_first_then_creates_lb_and_writes_ingress() {
     let (n1, n2) = (cluster.unique_name("n"), cluster.unique_name("n"));
     create_node(&cluster, &n1).await;
     create_node(&cluster, &n2).await;
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -151,7 +151,7 @@ async fn finalizer_write_failure_blocks_cloud_calls_until_it_succeeds() {
     };
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     server.fail_next("patch", "services/status", 1, 500, None);
     let name = cluster.unique_name("web");
     let svc = cluster
@@ -183,7 +183,7 @@ async fn status_write_failures_500_409_429_are_retried() {
     };
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let api = services(&cluster, &ns);
     for code in [500u16, 409, 429] {
         let name = cluster.unique_name(&format!("s{code}"));
@@ -240,7 +240,7 @@ async fn finalizer_conflict_is_retried_on_a_fresh_read() {
     };
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     server.fail_next("patch", "services/status", 1, 409, None);
     let name = cluster.unique_name("web");
     cluster
@@ -270,7 +270,7 @@ async fn cloud_failure_on_ensure_emits_event_and_retries_with_backoff() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     fake.inject("ensure_load_balancer", Fault::FailNext(1));
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -306,7 +306,7 @@ async fn retry_on_ensure_requeues_after_its_delay_without_failure_event() {
             count: 1,
         },
     );
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -329,7 +329,7 @@ async fn retry_on_get_and_delete_requeues_after_its_delay() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let api = services(&cluster, &ns);
     let mut keys = Vec::new();
     for op in ["get_load_balancer", "ensure_load_balancer_deleted"] {
@@ -367,7 +367,7 @@ async fn zero_hosts_warns_unavailable_and_still_ensures() {
     }
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let name = cluster.unique_name("web");
     cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -394,7 +394,7 @@ async fn implemented_elsewhere_keeps_finalizer_and_skips_status() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let api = services(&cluster, &ns);
     let other = cluster.unique_name("other");
     let svc = cluster
@@ -436,7 +436,7 @@ async fn services_with_a_class_or_another_type_are_left_alone() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let api = services(&cluster, &ns);
     let classed = cluster.unique_name("classed");
     let cluster_ip = cluster.unique_name("cip");
@@ -477,7 +477,7 @@ async fn relevant_updates_re_ensure_and_irrelevant_ones_do_not() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let api = services(&cluster, &ns);
     let name = cluster.unique_name("web");
     let svc = cluster
@@ -520,7 +520,7 @@ async fn type_change_emits_go_event_and_deletes() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let api = services(&cluster, &ns);
     let name = cluster.unique_name("web");
     cluster
@@ -559,7 +559,7 @@ async fn run_refuses_a_provider_without_load_balancers_and_zero_workers() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::builder().load_balancer(false).build();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let err = running.stop().await.unwrap_err();
     assert!(
         matches!(
@@ -579,7 +579,8 @@ async fn run_refuses_a_provider_without_load_balancers_and_zero_workers() {
             workers: 0,
             ..ServiceConfig::default()
         },
-    );
+    )
+    .await;
     let err = running.stop().await.unwrap_err();
     assert!(
         err.to_string().contains("--concurrent-service-syncs"),
@@ -594,7 +595,7 @@ async fn events_and_status_use_go_wording_on_delete() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     fake.inject("ensure_load_balancer_deleted", Fault::FailNext(1));
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let api = services(&cluster, &ns);
     let name = cluster.unique_name("web");
     cluster

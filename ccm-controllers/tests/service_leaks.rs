@@ -54,7 +54,7 @@ async fn service_deleted_while_stopped_is_cleaned_up_on_start() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let (gone, kept) = (cluster.unique_name("gone"), cluster.unique_name("kept"));
     for name in [&gone, &kept] {
         cluster
@@ -70,7 +70,7 @@ async fn service_deleted_while_stopped_is_cleaned_up_on_start() {
     assert!(plan::is_being_deleted(&held) && plan::has_cleanup_finalizer(&held));
     assert_eq!(cloud_lbs(&fake, &ns).len(), 2);
 
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     wait_for_deletion(&api, &gone, TIMEOUT).await.unwrap();
     assert_no_leaks(&cluster, &fake, &ns).await;
     assert_eq!(cloud_lbs(&fake, &ns).len(), 1);
@@ -84,7 +84,7 @@ async fn type_changed_to_cluster_ip_running_or_stopped_deletes_the_lb() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let (live, offline) = (cluster.unique_name("live"), cluster.unique_name("offline"));
     for name in [&live, &offline] {
         cluster
@@ -103,7 +103,7 @@ async fn type_changed_to_cluster_ip_running_or_stopped_deletes_the_lb() {
 
     // Changed while stopped: on start nothing is cached, the finalizer says "clean up".
     set_type(&api, &offline, "ClusterIP").await;
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     wait_for(&api, &offline, TIMEOUT, |s: &Service| {
         !plan::has_cleanup_finalizer(s) && ingress_ips(s).is_empty()
     })
@@ -121,7 +121,7 @@ async fn deleted_and_recreated_under_the_same_name_replaces_the_lb() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let old = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -163,7 +163,7 @@ async fn cloud_failures_mid_ensure_and_delete_do_not_leak() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     fake.inject("ensure_load_balancer", Fault::FailNext(2));
     let (a, b) = (cluster.unique_name("a"), cluster.unique_name("b"));
     for name in [&a, &b] {
@@ -198,7 +198,7 @@ async fn crash_mid_ensure_then_deleted_while_down() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     probe.set_hold(Hold {
         op: "ensure_load_balancer",
@@ -215,7 +215,7 @@ async fn crash_mid_ensure_then_deleted_while_down() {
     assert!(ingress_ips(&api.get(&name).await.unwrap()).is_empty());
 
     delete(&api, &name).await;
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     wait_for_deletion(&api, &name, TIMEOUT).await.unwrap();
     assert_no_leaks(&cluster, &fake, &ns).await;
     assert!(cloud_lbs(&fake, &ns).is_empty());
@@ -231,7 +231,7 @@ async fn crash_mid_delete_then_restart() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let (a, b) = (cluster.unique_name("a"), cluster.unique_name("b"));
     for name in [&a, &b] {
         cluster
@@ -250,7 +250,7 @@ async fn crash_mid_delete_then_restart() {
     running.crash().await;
     set_type(&api, &b, "ClusterIP").await;
 
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     wait_for_deletion(&api, &a, TIMEOUT).await.unwrap();
     wait_for(&api, &b, TIMEOUT, |s: &Service| {
         !plan::has_cleanup_finalizer(s)
@@ -296,8 +296,9 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
     let config = ccm_controllers::controllers::service::ServiceConfig {
         workers: 3,
         node_sync_window: Duration::from_millis(100),
+        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
     };
-    let mut running = Some(start(&cluster, &ns, fake.provider(), config.clone()));
+    let mut running = Some(start(&cluster, &ns, fake.provider(), config.clone()).await);
     for round in 0..60 {
         let name = &names[rng.random_range(0..names.len())];
         let current = api.get_opt(name).await.unwrap();
@@ -325,10 +326,10 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
                 r.crash().await;
             }
             if rng.random_bool(0.5) {
-                running = Some(start(&cluster, &ns, fake.provider(), config.clone()));
+                running = Some(start(&cluster, &ns, fake.provider(), config.clone()).await);
             }
         } else if running.is_none() && rng.random_bool(0.3) {
-            running = Some(start(&cluster, &ns, fake.provider(), config.clone()));
+            running = Some(start(&cluster, &ns, fake.provider(), config.clone()).await);
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..60))).await;
     }
@@ -336,7 +337,7 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
         r.crash().await;
     }
     fake.clear_faults();
-    let running = start(&cluster, &ns, fake.provider(), config);
+    let running = start(&cluster, &ns, fake.provider(), config).await;
     assert_no_leaks(&cluster, &fake, &ns).await;
     // Services that are being deleted go away; those wanting a load balancer have its address.
     for name in &names {
@@ -367,7 +368,7 @@ async fn service_deleted_after_its_finalizer_was_removed_by_hand() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let name = cluster.unique_name("web");
     cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -392,7 +393,7 @@ async fn service_handed_to_another_class_while_down_is_cleaned_up() {
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let api = services(&cluster, &ns);
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let name = cluster.unique_name("web");
     cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -409,7 +410,7 @@ async fn service_handed_to_another_class_while_down_is_cleaned_up() {
     )
     .await
     .unwrap();
-    let running = start(&cluster, &ns, fake.provider(), test_config());
+    let running = start(&cluster, &ns, fake.provider(), test_config()).await;
     let svc = wait_for(&api, &name, TIMEOUT, |s: &Service| {
         !plan::has_cleanup_finalizer(s)
     })

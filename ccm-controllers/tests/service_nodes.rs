@@ -91,7 +91,7 @@ async fn hosts_follow_eligibility_and_each_change_costs_one_update() {
         not_ready.clone(),
     ];
 
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -183,8 +183,9 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
     let config = ServiceConfig {
         workers: 2,
         node_sync_window: Duration::from_millis(100),
+        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
     };
-    let (running, probe) = start_probed(&cluster, &ns, &fake, config);
+    let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -252,7 +253,7 @@ async fn failed_update_warns_and_falls_back_to_a_full_ensure() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -293,7 +294,7 @@ async fn update_error_for_a_load_balancer_that_is_gone_is_ignored() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -334,7 +335,7 @@ async fn retry_on_update_requeues_after_its_delay() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
     let name = cluster.unique_name("web");
     let svc = cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -403,7 +404,7 @@ async fn burst_of_20_nodes_costs_each_of_50_lbs_at_most_two_updates() {
         create_node(&cluster, &n).await;
         ours.push(n);
     }
-    let (running, probe) = start_probed(&cluster, &ns, &fake, ServiceConfig::default());
+    let (running, probe) = start_probed(&cluster, &ns, &fake, ServiceConfig::default()).await;
     let api = services(&cluster, &ns);
     let mut keys = Vec::new();
     for i in 0..50 {
@@ -461,8 +462,9 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
     let config = ServiceConfig {
         workers: 8,
         node_sync_window: Duration::from_millis(50),
+        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
     };
-    let (running, probe) = start_probed(&cluster, &ns, &fake, config);
+    let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     probe.set_latency(Duration::from_millis(30));
     let api = services(&cluster, &ns);
     let mut names = Vec::new();
@@ -501,6 +503,111 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
     .await;
     assert_eq!(probe.max_concurrency(), 1);
     assert_no_leaks(&cluster, &fake, &ns).await;
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// Creates `lbs` LoadBalancer Services and waits until each has its ingress; returns their
+/// keys.
+async fn lb_services(cluster: &TestCluster, ns: &str, lbs: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..lbs {
+        let name = cluster.unique_name(&format!("lb{i}"));
+        let svc = cluster
+            .create(&load_balancer_service(ns, &name).build())
+            .await;
+        wait_for(&services(cluster, ns), &name, TIMEOUT, has_ingress)
+            .await
+            .unwrap();
+        keys.push(key(&svc));
+    }
+    keys
+}
+
+fn widening(base_ms: u64, max_ms: u64) -> ServiceConfig {
+    ServiceConfig {
+        workers: 4,
+        node_sync_window: Duration::from_millis(base_ms),
+        node_sync_max_window: Duration::from_millis(max_ms),
+    }
+}
+
+/// Issue 19 item 4: a trickle of joins (5 Nodes, one every 300 ms, base window 200 ms) widens
+/// the addition window, so each load balancer gets far fewer updates than Nodes joined (one
+/// per join without widening), and every load balancer ends with every Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickle_of_joins_costs_each_lb_one_update_per_widening_window() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let (running, probe) = start_probed(&cluster, &ns, &fake, widening(200, 1600)).await;
+    let keys = lb_services(&cluster, &ns, 10).await;
+    let joins: Vec<String> = (0..5).map(|_| cluster.unique_name("join")).collect();
+    for (i, n) in joins.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        create_node(&cluster, n).await;
+    }
+    let all: BTreeSet<String> = joins.iter().cloned().collect();
+    wait_until("every load balancer has every joined node", || async {
+        keys.iter().all(|k| our_hosts(&fake, k, &joins) == all)
+    })
+    .await;
+    // Windows of 200, 400 and 800 ms cover the 5 joins in 3 passes (4 with scheduling
+    // jitter), against 5 updates per load balancer without widening.
+    for k in &keys {
+        let updates = probe.count("update_load_balancer", k);
+        assert!(
+            (1..=4).contains(&updates),
+            "{k}: {updates} updates for 5 joins"
+        );
+    }
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// Issue 19 item 4: a removal during a widened addition window goes out within the base
+/// window, not at the end of the addition window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_during_a_wide_addition_window_goes_out_at_once() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let leaving = cluster.unique_name("leaving");
+    create_node(&cluster, &leaving).await;
+    let (running, _probe) = start_probed(&cluster, &ns, &fake, widening(200, 8000)).await;
+    let keys = lb_services(&cluster, &ns, 5).await;
+    // Joins every 300 ms widen the addition window: 200, 400, 800, 1600, 3200 ms.
+    let mut joins = Vec::new();
+    for _ in 0..6 {
+        let n = cluster.unique_name("join");
+        create_node(&cluster, &n).await;
+        joins.push(n);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // A join opens the widest window yet; the removal right after must not wait for it.
+    let last = cluster.unique_name("join");
+    create_node(&cluster, &last).await;
+    let deleted = std::time::Instant::now();
+    nodes(&cluster)
+        .delete(&leaving, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the deleted node leaves every load balancer", || async {
+        keys.iter().all(|k| {
+            fake.load_balancers()
+                .get(k)
+                .is_some_and(|lb| !lb.hosts.contains(&leaving))
+        })
+    })
+    .await;
+    let took = deleted.elapsed();
+    // The addition window was at least 3.2 s; the removal's is 200 ms (plus the pass).
+    assert!(
+        took < Duration::from_millis(2500),
+        "the removal waited {took:?}"
+    );
     running.stop().await.unwrap();
     cluster.cleanup().await;
 }

@@ -10,9 +10,9 @@ mod service_common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ccm_controllers::controllers::cloud_node;
 use ccm_controllers::controllers::node_lifecycle::{self, NodeLifecycleConfig};
 use ccm_controllers::controllers::route::{self, RouteConfig};
-use ccm_controllers::{InformerScope, controllers::cloud_node};
 use ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
@@ -22,20 +22,6 @@ use kube::api::DeleteParams;
 
 use node_common::{RUN_LABEL, TIMEOUT, Test};
 use service_common::{Probe, ProbeProvider, has_ingress, key, services, start, test_config};
-
-/// Waits until FakeCloud's call counts stop moving for a second (work queued behind what a
-/// test waited for may still run). A wait, not an assertion.
-async fn settle(fake: &FakeCloud) {
-    let mut last = fake.call_counts();
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = fake.call_counts();
-        if now == last {
-            return;
-        }
-        last = now;
-    }
-}
 
 /// A LoadBalancer Service that exists when the controller starts is ensured once (Go: once),
 /// with one `EnsuredLoadBalancer` Event.
@@ -55,11 +41,12 @@ async fn service_existing_at_start_is_ensured_once() {
         &ns,
         Arc::new(ProbeProvider(probe.clone())),
         test_config(),
-    );
+    )
+    .await;
     wait_for(&services(&t.cluster, &ns), &name, TIMEOUT, has_ingress)
         .await
         .unwrap();
-    settle(&fake).await;
+    running.settled().await;
     assert_eq!(probe.count("ensure_load_balancer", &key(&svc)), 1);
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
@@ -76,7 +63,7 @@ async fn service_being_deleted_at_start_is_cleaned_up_once() {
     let api = services(&t.cluster, &ns);
     let fake = FakeCloud::default();
     // A first controller creates the load balancer, then stops.
-    let first = start(&t.cluster, &ns, fake.provider(), test_config());
+    let first = start(&t.cluster, &ns, fake.provider(), test_config()).await;
     let svc = t
         .cluster
         .create(&load_balancer_service(&ns, &name).build())
@@ -103,9 +90,10 @@ async fn service_being_deleted_at_start_is_cleaned_up_once() {
         &ns,
         Arc::new(ProbeProvider(probe.clone())),
         test_config(),
-    );
+    )
+    .await;
     wait_for_deletion(&api, &name, TIMEOUT).await.unwrap();
-    settle(&fake).await;
+    second.settled().await;
     assert_eq!(probe.count("ensure_load_balancer_deleted", &key(&svc)), 1);
     assert!(!fake.load_balancers().contains_key(&key(&svc)));
     if let Some(server) = t.cluster.api_server() {
@@ -141,7 +129,8 @@ async fn retry_answered_at_start_is_honoured() {
         &ns,
         Arc::new(ProbeProvider(probe.clone())),
         test_config(),
-    );
+    )
+    .await;
     wait_for(&services(&t.cluster, &ns), &name, TIMEOUT, has_ingress)
         .await
         .unwrap();
@@ -165,15 +154,17 @@ async fn cloud_node_initialises_a_node_existing_at_start_once() {
     t.create(&kubelet_node(&name).label(RUN_LABEL, &t.run).build())
         .await;
     let fake = FakeCloud::default();
-    let running = t.spawn(fake.provider(), |ctx| {
-        cloud_node::run(ctx, cloud_node::CloudNodeConfig::default())
-    });
+    let running = t
+        .start_controller(fake.provider(), cloud_node::NAME, |ctx| {
+            cloud_node::run(ctx, cloud_node::CloudNodeConfig::default())
+        })
+        .await;
     t.events_including(&name, "Synced").await;
-    settle(&fake).await;
+    running.settled().await;
     assert_eq!(fake.call_count("instance_metadata"), 1);
     let synced = t.events(&name).await;
     assert_eq!(synced.iter().filter(|e| e.1 == "Synced").count(), 1);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -197,30 +188,22 @@ async fn route_reconciles_once_for_nodes_existing_at_start() {
         debounce: Duration::from_millis(100),
         ..RouteConfig::default()
     };
-    // Scoped to this test's Nodes on every cluster: the route controller writes a condition
-    // on every Node it sees.
-    let scope = InformerScope {
-        node_labels: Some(format!("{RUN_LABEL}={}", t.run)),
-        ..InformerScope::default()
-    };
-    let (ctx, mut tasks) = ccm_controllers::ControllerContext::standalone_scoped(
-        t.cluster.client(),
-        fake.provider(),
-        "kubernetes",
-        &scope,
-    );
-    let controller = tokio::spawn(route::run(ctx.clone(), config));
+    // Scoped to this test's Nodes on every cluster (the harness of `node_common`): the route
+    // controller writes a condition on every Node it sees.
+    let running = t
+        .start_controller(fake.provider(), route::NAME, move |ctx| {
+            route::run(ctx, config.clone())
+        })
+        .await;
     let created = eventually(TIMEOUT, || async {
         fake.routes().iter().any(|r| r.target_node == name)
     })
     .await;
     assert!(created, "no route for {name}: {:?}", fake.routes());
-    settle(&fake).await;
+    running.settled().await;
     assert_eq!(fake.call_count("create_route"), 1);
     assert_eq!(fake.call_count("list_routes"), 1);
-    ctx.shutdown.cancel();
-    controller.await.unwrap().unwrap();
-    while tasks.join_next().await.is_some() {}
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -243,14 +226,20 @@ async fn lifecycle_checks_a_node_existing_at_start_once_per_pass() {
         monitor_period: Duration::from_secs(3600),
         ..NodeLifecycleConfig::default()
     };
-    let running = t.spawn(fake.provider(), |ctx| node_lifecycle::run(ctx, config));
+    let running = t
+        .start_controller(
+            fake.provider(),
+            node_lifecycle::NAME,
+            move |ctx| node_lifecycle::run(ctx, config.clone()),
+        )
+        .await;
     let checked = eventually(TIMEOUT, || async {
         fake.call_count("instance_exists") >= 1
     })
     .await;
     assert!(checked, "calls: {:?}", fake.call_counts());
-    settle(&fake).await;
+    running.settled().await;
     assert_eq!(fake.call_count("instance_exists"), 1);
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }

@@ -4,7 +4,7 @@
 //! `--cloud-config` and the connection (`--kubeconfig`/`--master`); serving uses a free port.
 //! Each `start` manifest must start and serve `/healthz` (and, with `--allocate-node-cidrs`,
 //! give a new Node its pod CIDR); `reject` manifests (old versions a current Go CCM rejects too)
-//! must stop with the reason; `until-20.1` ones need `--use-service-account-credentials=true`.
+//! must stop with the reason.
 //!
 //! Skipped against a real cluster: the built-in controllers would act on its Nodes with the fake
 //! cloud's answers.
@@ -36,7 +36,6 @@ const FAKE_CLOUD_CONFIG: &str =
 enum Expect {
     Start,
     Reject(String),
-    Until20_1(String),
 }
 
 struct Manifest {
@@ -70,7 +69,6 @@ fn manifests() -> Vec<Manifest> {
                     expect = Some(match kind {
                         "start" => Expect::Start,
                         "reject" => Expect::Reject(rest.to_owned()),
-                        "until-20.1" => Expect::Until20_1(rest.to_owned()),
                         other => panic!("{file}: unknown expectation {other:?}"),
                     });
                 } else if !line.starts_with('#') {
@@ -259,26 +257,10 @@ async fn public_vendor_manifests_start_unchanged() {
                     failures.push(format!("{}: started although Go rejects it", m.file));
                 }
             }
-            Expect::Until20_1(reason) => {
-                if errors.is_empty() {
-                    failures.push(format!(
-                        "{}: now starts ({reason}): change its marker to `# expect: start`",
-                        m.file
-                    ));
-                } else if !errors
-                    .iter()
-                    .all(|e| e.contains("--use-service-account-credentials"))
-                {
-                    failures.push(format!(
-                        "{}: rejected for another reason than #20.1: {errors:?}",
-                        m.file
-                    ));
-                }
-            }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert!(started >= 8, "only {started} manifests started");
+    assert!(started >= 11, "only {started} manifests started");
 }
 
 #[test]

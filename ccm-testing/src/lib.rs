@@ -63,6 +63,8 @@ pub mod builders;
 mod cluster;
 pub mod conformance;
 pub mod fake_cloud;
+pub mod harness;
+pub mod logging;
 pub mod wait;
 
 pub use cluster::{KUBECONFIG_ENV, TestCluster};

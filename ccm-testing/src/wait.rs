@@ -4,6 +4,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use kube::Api;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -120,4 +121,34 @@ where
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Polls until Node `name` reports an address of each of `types` (e.g. `&["InternalIP"]`),
+/// and returns all its addresses. Kubelet with `--cloud-provider=external` registers a Node
+/// with its hostname only (and the `alpha.kubernetes.io/provided-node-ip` annotation); the
+/// cloud-node controller sets the cloud's addresses when it initialises the Node, and again on
+/// every address refresh (`--node-status-update-frequency`), so this is how a test waits for
+/// either.
+pub async fn wait_for_node_addresses(
+    nodes: &Api<Node>,
+    name: &str,
+    types: &[&str],
+    timeout: Duration,
+) -> Result<Vec<NodeAddress>, WaitError> {
+    let has_all = |node: &Node| {
+        let addresses = node_addresses(node);
+        types
+            .iter()
+            .all(|t| addresses.iter().any(|a| a.type_ == *t))
+    };
+    wait_for(nodes, name, timeout, has_all)
+        .await
+        .map(|node| node_addresses(&node))
+}
+
+fn node_addresses(node: &Node) -> Vec<NodeAddress> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.clone())
+        .unwrap_or_default()
 }

@@ -14,12 +14,16 @@ use tokio_util::sync::CancellationToken;
 use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
 use crate::machinery::informer::{self, Informer};
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
-use crate::machinery::workqueue::{Backoff, WorkQueue};
+use crate::machinery::workqueue::{Activity, Backoff, WorkQueue};
+use crate::runtime::client::{ClientError, ClientFactory};
 
 /// The context handed to every controller, built-in or the vendor's own. Cheap to clone.
 #[derive(Clone)]
 pub struct ControllerContext {
-    /// The Kubernetes client.
+    /// This controller's Kubernetes client (Go's `ClientBuilder.ClientOrDie(<client name>)`):
+    /// its own token bucket, a user agent ending in the controller's client name and, with
+    /// `--use-service-account-credentials`, the credentials of its ServiceAccount. The shared
+    /// informers have a client of their own, with the root credentials.
     pub client: Client,
     /// The cloud provider, wrapped in the cloud-call budget (metrics, rate limit, timeout).
     pub cloud: Arc<dyn CloudProvider>,
@@ -41,6 +45,15 @@ pub struct ControllerContext {
     pub identity: String,
     /// The process's Event queue (see [`ControllerContext::recorder`]).
     pub events: EventBroadcaster,
+    /// Work in flight (see [`ControllerContext::activity`]).
+    activity: Activity,
+    /// Replaces every queue's backoff (see [`ControllerContext::with_queue_backoff`]).
+    queue_backoff: Option<Backoff>,
+    /// Makes the clients of other names ([`ControllerContext::client_for`]); `None` in a
+    /// standalone context.
+    clients: Option<ClientFactory>,
+    /// The client this controller's Events are written with (`None`: the Event writer's).
+    event_client: Option<Client>,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -66,8 +79,11 @@ pub struct InformerScope {
 
 /// What [`ControllerContext::start`] needs.
 pub struct ContextParams {
-    /// The Kubernetes client.
+    /// The client of the shared informers (root credentials), also the context's
+    /// [`ControllerContext::client`] until the runtime gives each controller its own.
     pub client: Client,
+    /// Makes each controller's client (`None`: every controller uses `client`).
+    pub clients: Option<ClientFactory>,
     /// The (already budget-wrapped) provider.
     pub cloud: Arc<dyn CloudProvider>,
     /// The metrics registry.
@@ -92,15 +108,34 @@ impl ControllerContext {
     /// Starts the shared informers on `tasks` and returns the context. The informers run until
     /// `params.shutdown` fires; use [`ControllerContext::wait_for_sync`] before acting.
     pub fn start(params: ContextParams, tasks: &mut JoinSet<()>) -> Self {
+        Self::start_scoped(params, &InformerScope::default(), tasks)
+    }
+
+    /// Like [`ControllerContext::start`], with informers that see only the objects in `scope`
+    /// (the controller harness of `ccm-testing` uses it, so that a test on a shared cluster
+    /// acts only on its own objects).
+    pub fn start_scoped(
+        params: ContextParams,
+        scope: &InformerScope,
+        tasks: &mut JoinSet<()>,
+    ) -> Self {
+        let with_labels = |config: watcher::Config, selector: &Option<String>| match selector {
+            Some(s) => config.labels(s),
+            None => config,
+        };
         let (nodes, node_driver) = Informer::new(
             Api::<Node>::all(params.client.clone()),
-            informer::node_watcher_config(),
+            with_labels(informer::node_watcher_config(), &scope.node_labels),
             params.strip_node,
             params.shutdown.clone(),
         );
+        let service_api = match &scope.service_namespace {
+            Some(ns) => Api::<Service>::namespaced(params.client.clone(), ns),
+            None => Api::<Service>::all(params.client.clone()),
+        };
         let (services, service_driver) = Informer::new(
-            Api::<Service>::all(params.client.clone()),
-            watcher::Config::default(),
+            service_api,
+            with_labels(watcher::Config::default(), &scope.service_labels),
             informer::strip_nothing,
             params.shutdown.clone(),
         );
@@ -117,6 +152,34 @@ impl ControllerContext {
             cluster_name: params.cluster_name,
             identity: params.identity,
             events: params.events,
+            activity: Activity::new(),
+            queue_backoff: None,
+            clients: params.clients,
+            event_client: None,
+        }
+    }
+
+    /// This context for the controller whose client is named `client_name` (Go's
+    /// `ControllerInitContext.ClientName`): [`ControllerContext::client`] becomes that
+    /// client, and its Events are written with the same identity. Without a client factory
+    /// (a standalone context) the context is returned unchanged.
+    pub async fn for_client(mut self, client_name: &str) -> Result<Self, ClientError> {
+        if let Some(clients) = &self.clients {
+            self.client = clients.client_for(client_name).await?;
+            self.event_client = Some(clients.event_client_for(client_name).await?);
+        }
+        Ok(self)
+    }
+
+    /// A new client named `name`, as the runtime makes one for each controller (see
+    /// [`ClientFactory::client_for`]): for a controller that acts under a second identity.
+    /// With `--use-service-account-credentials` it authenticates as ServiceAccount
+    /// `kube-system/<name>`, which the cluster's RBAC must allow what the controller does. In a
+    /// standalone context, [`ControllerContext::client`].
+    pub async fn client_for(&self, name: &str) -> Result<Client, ClientError> {
+        match &self.clients {
+            Some(clients) => clients.client_for(name).await,
+            None => Ok(self.client.clone()),
         }
     }
 
@@ -145,42 +208,21 @@ impl ControllerContext {
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let with_labels = |config: watcher::Config, selector: &Option<String>| match selector {
-            Some(s) => config.labels(s),
-            None => config,
-        };
-        let (nodes, node_driver) = Informer::new(
-            Api::<Node>::all(client.clone()),
-            with_labels(informer::node_watcher_config(), &scope.node_labels),
-            informer::strip_node,
-            shutdown.clone(),
-        );
-        let service_api = match &scope.service_namespace {
-            Some(ns) => Api::<Service>::namespaced(client.clone(), ns),
-            None => Api::<Service>::all(client.clone()),
-        };
-        let (services, service_driver) = Informer::new(
-            service_api,
-            with_labels(watcher::Config::default(), &scope.service_labels),
-            informer::strip_nothing,
-            shutdown.clone(),
-        );
-        tasks.spawn(node_driver);
-        tasks.spawn(service_driver);
         let (events, event_writer) = EventBroadcaster::new(client.clone(), "standalone", &metrics);
         tasks.spawn(event_writer.run(shutdown.clone(), DEFAULT_FLUSH_TIMEOUT));
-        let ctx = ControllerContext {
+        let params = ContextParams {
             client,
             cloud,
-            nodes,
-            services,
             metrics,
             workqueue_metrics,
             shutdown,
             cluster_name: cluster_name.to_owned(),
             identity: "standalone".to_owned(),
+            strip_node: informer::strip_node,
             events,
+            clients: None,
         };
+        let ctx = Self::start_scoped(params, scope, &mut tasks);
         (ctx, tasks)
     }
 
@@ -191,16 +233,42 @@ impl ControllerContext {
 
     /// An event recorder reporting as `component` (Go's event source component, e.g.
     /// `cloud-node-controller`). Its Events are queued and written by the process's one Event
-    /// writer; recording never waits.
+    /// writer, with this controller's identity (see [`ControllerContext::for_client`]);
+    /// recording never waits.
     pub fn recorder(&self, component: &str) -> EventRecorder {
-        self.events.recorder(component)
+        match &self.event_client {
+            Some(client) => self.events.recorder_with_client(component, client.clone()),
+            None => self.events.recorder(component),
+        }
     }
 
-    /// A work queue named `name` with the given backoff, reporting to the work-queue metrics.
+    /// A work queue named `name` with the given backoff (or the one of
+    /// [`ControllerContext::with_queue_backoff`]), reporting to the work-queue metrics and
+    /// counted in [`ControllerContext::activity`].
     pub fn queue<T>(&self, name: &str, backoff: Backoff) -> WorkQueue<T>
     where
         T: Clone + Eq + std::hash::Hash + Send + Sync + 'static,
     {
-        WorkQueue::new(name, backoff, Some(self.workqueue_metrics.clone()))
+        WorkQueue::with_activity(
+            name,
+            self.queue_backoff.unwrap_or(backoff),
+            Some(self.workqueue_metrics.clone()),
+            self.activity.clone(),
+        )
+    }
+
+    /// The work in flight in every controller of this context: its queues (a key waiting or
+    /// being processed) and the work the controllers do outside a queue. The controller
+    /// harness of `ccm-testing` waits on it to know the controllers have settled.
+    pub fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    /// Makes every queue of [`ControllerContext::queue`] retry with `backoff` instead of the
+    /// controller's own (Go's 5 s to 300 s for Services): tests use a few milliseconds so a
+    /// retry does not cost seconds. The runtime never sets it.
+    pub fn with_queue_backoff(mut self, backoff: Backoff) -> Self {
+        self.queue_backoff = Some(backoff);
+        self
     }
 }

@@ -34,7 +34,8 @@
 //! Events of different objects or reasons are therefore no longer written in the order they
 //! were recorded, only those of one Event are.
 //!
-//! The runtime gives the writer its own API client (its own connections and its own
+//! The runtime gives the writer, for each controller, an API client of its own (the
+//! controller's identity, its own connections and its own
 //! `--kube-api-qps`/`--kube-api-burst` token bucket, as a Go CCM gives each controller's
 //! recorder the client of that controller), so Event writes never wait for, or take tokens
 //! from, the controllers' own requests; with at most [`MAX_IN_FLIGHT`] writes in flight they
@@ -96,7 +97,7 @@ use correlator::{Correlated, Correlator, Write};
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
 pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1000;
 /// How long the writer keeps writing queued Events after it was told to stop.
-pub(crate) const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub const DEFAULT_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Tries per Event before the writer gives up on it (client-go's `maxTriesPerEvent`).
 pub const MAX_TRIES_PER_EVENT: u32 = 12;
@@ -123,6 +124,8 @@ struct ResultLabel {
 /// One Event waiting to be written.
 struct Queued {
     component: Arc<str>,
+    /// The client to write it with (`None`: the writer's).
+    client: Option<Client>,
     type_: EventType,
     reason: String,
     note: String,
@@ -254,6 +257,18 @@ impl EventBroadcaster {
     pub fn recorder(&self, component: &str) -> EventRecorder {
         EventRecorder {
             component: Arc::from(component),
+            client: None,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// A recorder reporting as `component` whose Events are written with `client` (the
+    /// recording controller's, so that they carry its identity, as in Go) instead of the
+    /// writer's.
+    pub fn recorder_with_client(&self, component: &str, client: Client) -> EventRecorder {
+        EventRecorder {
+            component: Arc::from(component),
+            client: Some(client),
             shared: self.shared.clone(),
         }
     }
@@ -279,6 +294,7 @@ impl EventBroadcaster {
 #[derive(Clone)]
 pub struct EventRecorder {
     component: Arc<str>,
+    client: Option<Client>,
     shared: Arc<Shared>,
 }
 
@@ -313,6 +329,7 @@ impl EventRecorder {
     {
         let queued = Queued {
             component: self.component.clone(),
+            client: self.client.clone(),
             type_,
             reason: reason.to_owned(),
             note,
@@ -645,7 +662,8 @@ impl Writes {
     async fn publish(&self, job: &Job, create: bool) -> Result<(), kube::Error> {
         let Job { queued, write, .. } = job;
         let namespace = queued.regarding.namespace.as_deref().unwrap_or("default");
-        let api: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let client = queued.client.as_ref().unwrap_or(&self.client).clone();
+        let api: Api<K8sEvent> = Api::namespaced(client, namespace);
         let series = (write.count > 1).then_some(EventSeries {
             count: write.count,
             last_observed_time: MicroTime(write.last),

@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, StreamExt};
@@ -86,6 +86,9 @@ where
     /// its snapshot and subscribes: a subscriber sees each change either in its snapshot or on
     /// its subscription, never both, never neither.
     publish: Arc<Mutex<()>>,
+    /// Initial objects handed to subscriptions and not yet received (see
+    /// [`Informer::undelivered`]).
+    initial_pending: Arc<AtomicUsize>,
 }
 
 fn lock(publish: &Mutex<()>) -> MutexGuard<'_, ()> {
@@ -104,6 +107,7 @@ where
             changes: self.changes.clone(),
             generation: self.generation.clone(),
             publish: self.publish.clone(),
+            initial_pending: self.initial_pending.clone(),
         }
     }
 }
@@ -114,6 +118,23 @@ where
 pub struct Subscription<K> {
     initial: std::vec::IntoIter<Arc<K>>,
     rx: broadcast::Receiver<Change<K>>,
+    /// The informer's count of initial objects not yet received, less ours as we take them.
+    initial_pending: Arc<AtomicUsize>,
+}
+
+impl<K> Subscription<K> {
+    /// Takes the rest of the initial objects off the informer's pending count.
+    fn forget_initial(&mut self) {
+        let rest = self.initial.len();
+        self.initial = Vec::new().into_iter();
+        self.initial_pending.fetch_sub(rest, Ordering::SeqCst);
+    }
+}
+
+impl<K> Drop for Subscription<K> {
+    fn drop(&mut self) {
+        self.forget_initial();
+    }
 }
 
 impl<K: Clone> Subscription<K> {
@@ -122,6 +143,7 @@ impl<K: Clone> Subscription<K> {
     /// [`Change::Resync`] once, then the changes after the gap.
     pub async fn recv(&mut self) -> Option<Change<K>> {
         if let Some(new) = self.initial.next() {
+            self.initial_pending.fetch_sub(1, Ordering::SeqCst);
             return Some(Change::Applied { old: None, new });
         }
         match self.rx.recv().await {
@@ -135,7 +157,7 @@ impl<K: Clone> Subscription<K> {
     /// start-up pass already covers the whole store (the route controller reconciles at once
     /// on start); [`Subscription::recv`] then returns only changes.
     pub fn skip_initial(&mut self) {
-        self.initial = Vec::new().into_iter();
+        self.forget_initial();
     }
 }
 
@@ -178,6 +200,7 @@ where
             changes: changes.clone(),
             generation: generation.clone(),
             publish: publish.clone(),
+            initial_pending: Arc::new(AtomicUsize::new(0)),
         };
         let driver = drive(
             stream,
@@ -236,6 +259,14 @@ where
         }
     }
 
+    /// Changes and initial objects sent that some subscriber has not received yet (0 when
+    /// every subscriber has taken everything, or there is none). The controller harness of
+    /// `ccm-testing` waits for 0 to know that what the store holds has reached every
+    /// controller.
+    pub fn undelivered(&self) -> usize {
+        self.changes.len() + self.initial_pending.load(Ordering::SeqCst)
+    }
+
     /// Waits until the first list has completed, then subscribes: the subscription delivers
     /// every object in the store at that instant once (as `Applied { old: None }`), then every
     /// change after it, each once. This is how a controller starts: it needs no separate pass
@@ -246,9 +277,13 @@ where
             return None;
         }
         let _publishing = lock(&self.publish);
+        let initial = self.store.state();
+        self.initial_pending
+            .fetch_add(initial.len(), Ordering::SeqCst);
         Some(Subscription {
-            initial: self.store.state().into_iter(),
+            initial: initial.into_iter(),
             rx: self.changes.subscribe(),
+            initial_pending: self.initial_pending.clone(),
         })
     }
 }

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -50,6 +51,79 @@ impl Backoff {
     }
 }
 
+/// A count of work in flight across controllers, and a way to wait until there is none.
+///
+/// Every [`WorkQueue`] made by [`ControllerContext::queue`](crate::ControllerContext::queue)
+/// counts as one unit while it has a key waiting or being processed; controllers also hold an
+/// [`ActivityGuard`] for work that runs outside a queue (a node-sync window, a monitor pass).
+/// Keys waiting for a backoff or a `RequeueAfter` delay are not in flight. Tests use it to
+/// know that the controllers have processed everything (`ccm_testing::harness`); the runtime
+/// only keeps the count. Cheap to clone; clones share the count.
+#[derive(Clone, Debug, Default)]
+pub struct Activity {
+    inner: Arc<ActivityInner>,
+}
+
+#[derive(Debug, Default)]
+struct ActivityInner {
+    in_flight: AtomicUsize,
+    started: AtomicU64,
+    idle: Notify,
+}
+
+impl Activity {
+    /// A new count at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one unit of work in flight until the guard drops.
+    pub fn begin(&self) -> ActivityGuard {
+        self.inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.inner.started.fetch_add(1, Ordering::SeqCst);
+        ActivityGuard {
+            activity: self.clone(),
+        }
+    }
+
+    /// The units of work in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// How many units of work ever began: equal values around a wait mean nothing started in
+    /// between.
+    pub fn started(&self) -> u64 {
+        self.inner.started.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once nothing is in flight (at once if nothing is).
+    pub async fn wait_idle(&self) {
+        loop {
+            let idle = self.inner.idle.notified();
+            if self.in_flight() == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+}
+
+/// One unit of work counted by an [`Activity`] until dropped.
+#[derive(Debug)]
+pub struct ActivityGuard {
+    activity: Activity,
+}
+
+impl Drop for ActivityGuard {
+    fn drop(&mut self) {
+        let inner = &self.activity.inner;
+        if inner.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            inner.idle.notify_waiters();
+        }
+    }
+}
+
 /// What a worker's handler tells the queue about one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -69,6 +143,8 @@ struct State<T> {
     failures: HashMap<T, u32>,
     added_at: HashMap<T, Instant>,
     shutting_down: bool,
+    /// Held while a key waits or is processed, when the queue reports to an [`Activity`].
+    busy: Option<ActivityGuard>,
 }
 
 struct Inner<T> {
@@ -78,6 +154,7 @@ struct Inner<T> {
     notify: Notify,
     shutdown: CancellationToken,
     metrics: Option<WorkQueueMetrics>,
+    activity: Option<Activity>,
 }
 
 /// A work queue of keys. Cheap to clone; clones share the queue.
@@ -103,9 +180,29 @@ where
         backoff: Backoff,
         metrics: Option<WorkQueueMetrics>,
     ) -> Self {
+        Self::build(name.into(), backoff, metrics, None)
+    }
+
+    /// Like [`WorkQueue::new`], counting one unit in `activity` while a key waits or is
+    /// processed.
+    pub fn with_activity(
+        name: impl Into<String>,
+        backoff: Backoff,
+        metrics: Option<WorkQueueMetrics>,
+        activity: Activity,
+    ) -> Self {
+        Self::build(name.into(), backoff, metrics, Some(activity))
+    }
+
+    fn build(
+        name: String,
+        backoff: Backoff,
+        metrics: Option<WorkQueueMetrics>,
+        activity: Option<Activity>,
+    ) -> Self {
         WorkQueue {
             inner: Arc::new(Inner {
-                name: name.into(),
+                name,
                 backoff,
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
@@ -114,11 +211,26 @@ where
                     failures: HashMap::new(),
                     added_at: HashMap::new(),
                     shutting_down: false,
+                    busy: None,
                 }),
                 notify: Notify::new(),
                 shutdown: CancellationToken::new(),
                 metrics,
+                activity,
             }),
+        }
+    }
+
+    /// Takes or drops the queue's unit of [`Activity`] after a state change.
+    fn track(&self, st: &mut State<T>) {
+        let Some(activity) = &self.inner.activity else {
+            return;
+        };
+        let busy = !st.processing.is_empty() || (!st.shutting_down && !st.dirty.is_empty());
+        match (busy, st.busy.is_some()) {
+            (true, false) => st.busy = Some(activity.begin()),
+            (false, true) => st.busy = None,
+            _ => {}
         }
     }
 
@@ -141,6 +253,7 @@ where
             return;
         }
         st.dirty.insert(key.clone());
+        self.track(&mut st);
         if let Some(m) = &self.inner.metrics {
             m.adds(&self.inner.name);
         }
@@ -218,6 +331,7 @@ where
                 if let Some(key) = st.queue.pop_front() {
                     st.dirty.remove(&key);
                     st.processing.insert(key.clone());
+                    self.track(&mut st);
                     let waited = st.added_at.remove(&key).map(|t| t.elapsed());
                     self.update_depth(&st);
                     drop(st);
@@ -237,6 +351,7 @@ where
     pub fn done(&self, key: &T) {
         let mut st = self.lock();
         st.processing.remove(key);
+        self.track(&mut st);
         if st.dirty.contains(key) && !st.shutting_down {
             st.added_at.insert(key.clone(), Instant::now());
             st.queue.push_back(key.clone());
@@ -249,7 +364,11 @@ where
     /// Stops handing out keys: [`WorkQueue::get`] returns `None` from now on and delayed adds
     /// are dropped. Keys being processed finish normally.
     pub fn shut_down(&self) {
-        self.lock().shutting_down = true;
+        {
+            let mut st = self.lock();
+            st.shutting_down = true;
+            self.track(&mut st);
+        }
         self.inner.shutdown.cancel();
         self.inner.notify.notify_waiters();
     }
@@ -343,6 +462,38 @@ mod tests {
         q.done(&"a");
         q.done(&"b");
         assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn activity_counts_a_queue_while_a_key_waits_or_is_processed() {
+        let activity = Activity::new();
+        let q = WorkQueue::with_activity("t", Backoff::CONTROLLER, None, activity.clone());
+        assert_eq!(activity.in_flight(), 0);
+        q.add("a");
+        q.add("b");
+        assert_eq!(activity.in_flight(), 1, "one unit per busy queue");
+        let a = q.get().await.unwrap();
+        let b = q.get().await.unwrap();
+        q.done(&a);
+        assert_eq!(activity.in_flight(), 1, "b is still being processed");
+        q.add(b);
+        q.done(&b);
+        assert_eq!(activity.in_flight(), 1, "b was re-queued while processed");
+        let b = q.get().await.unwrap();
+        let waiter = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.wait_idle().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        q.done(&b);
+        waiter.await.unwrap();
+        assert_eq!(activity.in_flight(), 0);
+        // Shut down with a key waiting: abandoned keys are not in flight.
+        q.add("c");
+        assert_eq!(activity.in_flight(), 1);
+        q.shut_down();
+        assert_eq!(activity.in_flight(), 0);
     }
 
     #[tokio::test(start_paused = true)]

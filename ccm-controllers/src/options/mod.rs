@@ -19,6 +19,7 @@
 //! | zero workers | accepted (nothing runs) | rejected | a silent no-op configuration |
 //!
 //! New flags (no Go counterpart): `--node-deletion-grace-period`, `--node-sync-window`,
+//! `--node-sync-max-window`,
 //! `--cloud-api-qps`, `--cloud-api-burst`, `--cloud-api-timeout`, `--shutdown-grace-period`,
 //! `--log-format`.
 //!
@@ -205,6 +206,10 @@ pub struct ServiceControllerArgs {
     /// balancer (`0s` disables coalescing).
     #[arg(long, default_value = "1s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_window: Duration,
+    /// While Nodes keep joining, the window for additions doubles from `--node-sync-window` up
+    /// to this; removals still go out within `--node-sync-window`.
+    #[arg(long, default_value = "8s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_sync_max_window: Duration,
 }
 
 /// Flags of the route controller.
@@ -449,7 +454,9 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: no feature gates; behaviour is documented per flag.
     #[arg(long, value_name = "GATES")]
     pub feature_gates: Option<String>,
-    /// `true` is rejected: per-controller service accounts are not implemented.
+    /// Give each controller the credentials of its own ServiceAccount in `kube-system`
+    /// (`node-controller`, `service-controller`, `route-controller`), created if missing, with
+    /// tokens from the TokenRequest API; the shared informers keep the main credentials.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub use_service_account_credentials: Option<bool>,
     /// `true` is rejected: leader migration is not implemented.
@@ -820,12 +827,6 @@ impl Options {
             _ => {}
         }
         let compat = &self.compat;
-        if compat.use_service_account_credentials == Some(true) {
-            errors.push(flag_error(
-                "use-service-account-credentials",
-                "per-controller service accounts are not implemented; every controller uses the main client's credentials (remove the flag or set it to false)",
-            ));
-        }
         if compat.enable_leader_migration == Some(true) {
             errors.push(flag_error(
                 "enable-leader-migration",
@@ -935,11 +936,6 @@ impl Options {
             c.feature_gates.is_some(),
             "feature-gates",
             "there are no feature gates; watch-based route reconciliation is always on",
-        );
-        note(
-            c.use_service_account_credentials == Some(false),
-            "use-service-account-credentials",
-            "false is the only supported value (already the behaviour)",
         );
         note(
             c.enable_leader_migration == Some(false),
@@ -1127,6 +1123,16 @@ impl Options {
     /// `--node-sync-window`.
     pub fn node_sync_window(&self) -> Duration {
         self.service.node_sync_window
+    }
+
+    /// `--node-sync-max-window`.
+    pub fn node_sync_max_window(&self) -> Duration {
+        self.service.node_sync_max_window
+    }
+
+    /// `--use-service-account-credentials` (the bare flag is `true`).
+    pub fn use_service_account_credentials(&self) -> bool {
+        self.compat.use_service_account_credentials == Some(true)
     }
 
     /// `--configure-cloud-routes`.

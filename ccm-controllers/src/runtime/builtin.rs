@@ -23,9 +23,11 @@ use crate::machinery::error::ControllerError;
 use crate::options::Options;
 use crate::runtime::entry::ControllerEntry;
 
-/// The built-in controllers, in start order (Go's `DefaultInitFuncConstructors`, plus the
-/// `nodeipam` controller Kubernetes' own CCM template registers).
-pub(crate) fn builtin_controllers() -> Vec<ControllerEntry> {
+/// The built-in controllers, in start order, with their client names (Go's
+/// `DefaultInitFuncConstructors`, plus the `nodeipam` controller Kubernetes' own CCM template
+/// registers): the table [`Builder::new`](crate::Builder::new) starts from, and the controller
+/// harness of `ccm-testing` starts from too.
+pub fn builtin_controllers() -> Vec<ControllerEntry> {
     vec![
         cloud_node_controller(),
         node_lifecycle_controller(),
@@ -121,6 +123,7 @@ fn cloud_node_controller() -> ControllerEntry {
         .await
     })
     .alias(ALIAS)
+    .client("node-controller")
 }
 
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
@@ -140,6 +143,7 @@ fn node_lifecycle_controller() -> ControllerEntry {
         .await
     })
     .alias(ALIAS)
+    .client("node-controller")
 }
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
@@ -152,11 +156,13 @@ fn service_controller() -> ControllerEntry {
             ServiceConfig {
                 workers: o.service_workers(),
                 node_sync_window: o.node_sync_window(),
+                node_sync_max_window: o.node_sync_max_window(),
             },
         )
         .await
     })
     .alias(ALIAS)
+    .client("service-controller")
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has
@@ -186,4 +192,5 @@ fn route_controller() -> ControllerEntry {
         .await
     })
     .alias(ALIAS)
+    .client("route-controller")
 }

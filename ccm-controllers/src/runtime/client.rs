@@ -1,4 +1,6 @@
-//! The Kubernetes client: configuration from `--kubeconfig` / `--master` / in-cluster, the
+//! The Kubernetes clients: configuration from `--kubeconfig` / `--master` / in-cluster, one
+//! client per controller ([`ClientFactory`]: Go's controller client builders, with
+//! `--use-service-account-credentials` each controller's ServiceAccount tokens), the
 //! `--kube-api-qps` / `--kube-api-burst` token bucket, client request metrics and the user agent.
 //!
 //! kube has no client-go style QPS/burst limiter, so two tower layers are added with
@@ -11,6 +13,9 @@
 //!   `rest_client_requests_total{code,method,host}` and
 //!   `rest_client_request_duration_seconds{verb,host}` (time to response headers).
 
+mod token;
+
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -31,10 +36,12 @@ use crate::machinery::budget::TokenBucket;
 use crate::machinery::metrics::MetricsRegistry;
 use crate::options::Options;
 
+pub(crate) use token::{BearerTokenLayer, ServiceAccountTokens, TOKEN_EXPIRATION_SECONDS};
+
 /// The Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum ClientError {
+pub enum ClientError {
     /// `--kubeconfig` could not be read or used.
     #[error("--kubeconfig {path}: {message}")]
     Kubeconfig {
@@ -54,6 +61,17 @@ pub(crate) enum ClientError {
     /// The client could not be constructed from the configuration.
     #[error("cannot build the Kubernetes client: {0}")]
     Build(String),
+    /// `--use-service-account-credentials`: the ServiceAccount could not be created, or no
+    /// token could be had from its TokenRequest API.
+    #[error(
+        "--use-service-account-credentials: cannot get a token of ServiceAccount {name} (the CCM's own identity needs get and create on serviceaccounts and create on serviceaccounts/token in kube-system): {message}"
+    )]
+    ServiceAccount {
+        /// `namespace/name`.
+        name: String,
+        /// What failed.
+        message: String,
+    },
 }
 
 /// Loads the client configuration as Go's `clientcmd.BuildConfigFromFlags` does: `--kubeconfig`
@@ -98,50 +116,220 @@ pub(crate) async fn load_config(options: &Options) -> Result<Config, ClientError
     Ok(config)
 }
 
-/// The API clients of a CCM process, built by [`build_clients`].
-#[derive(Clone)]
-pub(crate) struct Clients {
-    /// The controllers' client (informers, object writes, leader election).
-    pub controllers: Client,
-    /// The Event writer's client: its own connections and its own token bucket, so that
-    /// Event writes never queue behind, or take tokens from, the controllers' requests (a Go
-    /// CCM likewise records each controller's Events through that controller's own client).
-    pub events: Client,
+/// The namespace of the controllers' ServiceAccounts (`--use-service-account-credentials`).
+pub(crate) const SERVICE_ACCOUNT_NAMESPACE: &str = "kube-system";
+/// The client name of the root client (leader election, serving, the provider's
+/// `initialize`), the last part of its user agent.
+pub(crate) const ROOT_CLIENT_NAME: &str = "cloud-controller-manager";
+/// The client name of the shared informers' client, which always has the root credentials.
+pub(crate) const INFORMERS_CLIENT_NAME: &str = "shared-informers";
+
+/// The user agent of client `name`, shaped as client-go's `rest.AddUserAgent` makes it:
+/// `cloud-controller-manager/<version> (<os>/<arch>) kubernetes/unknown/<name>`
+/// (client-go's default user agent, whose last part is the Kubernetes commit, unknown here,
+/// then `/` and the client's name). With `--use-service-account-credentials` a controller's
+/// name is its ServiceAccount's user name, as in Go
+/// (`.../system:serviceaccount:kube-system:node-controller`).
+pub fn user_agent(version: &str, name: &str) -> String {
+    let os = std::env::consts::OS;
+    // Go's GOARCH names for the common targets.
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        other => other,
+    };
+    format!("cloud-controller-manager/{version} ({os}/{arch}) kubernetes/unknown/{name}")
 }
 
-/// Builds [`Clients`] from `config`: each with the user agent
-/// `cloud-controller-manager/<version>` and the same `qps`/`burst`, with a token bucket and a
-/// connection pool each; the request metrics count both.
-pub(crate) fn build_clients(
-    mut config: Config,
+/// Builds the API clients of a CCM process, one per client name, as Go's controller client
+/// builders do: each has its own `--kube-api-qps`/`--kube-api-burst` token bucket and
+/// connections, the request metrics (counted together), and a user agent ending in its name
+/// ([`user_agent`]).
+///
+/// Without `--use-service-account-credentials` every client has the root credentials (those
+/// of `--kubeconfig`, or in-cluster). With it, [`ClientFactory::client_for`] gives a client
+/// that authenticates as ServiceAccount `kube-system/<name>` (created if missing) with tokens
+/// of its TokenRequest API (see [`ServiceAccountTokens`]); the root client asks for them. The
+/// root and informer clients keep the root credentials either way. Cheap to clone.
+#[derive(Clone)]
+pub struct ClientFactory {
+    inner: Arc<FactoryInner>,
+}
+
+struct FactoryInner {
+    /// The root configuration, user agent not set.
+    config: Config,
     qps: f64,
     burst: u32,
-    version: &str,
-    metrics: &MetricsRegistry,
-) -> Result<Clients, ClientError> {
-    let agent = format!("cloud-controller-manager/{version}");
-    let agent = HeaderValue::from_str(&agent)
+    version: String,
+    metrics_layer: RequestMetricsLayer,
+    service_accounts: bool,
+    root: Client,
+    /// The token source of each ServiceAccount, shared by its clients.
+    tokens: tokio::sync::Mutex<HashMap<String, ServiceAccountTokens>>,
+    /// The Event writer's client of each name.
+    event_clients: tokio::sync::Mutex<HashMap<String, Client>>,
+}
+
+impl std::fmt::Debug for ClientFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientFactory")
+            .field("service_accounts", &self.inner.service_accounts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientFactory {
+    /// A factory for clients of `config` (the root credentials); `service_accounts` is
+    /// `--use-service-account-credentials`. Registers the request metrics in `metrics`.
+    pub fn new(
+        config: Config,
+        qps: f64,
+        burst: u32,
+        version: &str,
+        metrics: &MetricsRegistry,
+        service_accounts: bool,
+    ) -> Result<Self, ClientError> {
+        let host = config
+            .cluster_url
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let metrics_layer = RequestMetricsLayer::new(host, metrics);
+        let root = build_with(
+            config.clone(),
+            &user_agent(version, ROOT_CLIENT_NAME),
+            qps,
+            burst,
+            &metrics_layer,
+            None,
+        )?;
+        Ok(ClientFactory {
+            inner: Arc::new(FactoryInner {
+                config,
+                qps,
+                burst,
+                version: version.to_owned(),
+                metrics_layer,
+                service_accounts,
+                root,
+                tokens: tokio::sync::Mutex::new(HashMap::new()),
+                event_clients: tokio::sync::Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Whether controllers get ServiceAccount credentials (`--use-service-account-credentials`).
+    pub fn uses_service_accounts(&self) -> bool {
+        self.inner.service_accounts
+    }
+
+    /// The root client (user agent `.../cloud-controller-manager`): leader election, serving,
+    /// the provider's `initialize`, and the TokenRequests.
+    pub fn root(&self) -> Client {
+        self.inner.root.clone()
+    }
+
+    /// A new client with the root credentials whose user agent ends in `name` (e.g.
+    /// [`INFORMERS_CLIENT_NAME`]), whatever `--use-service-account-credentials` says.
+    pub fn root_credentials_client(&self, name: &str) -> Result<Client, ClientError> {
+        let i = &self.inner;
+        build_with(
+            i.config.clone(),
+            &user_agent(&i.version, name),
+            i.qps,
+            i.burst,
+            &i.metrics_layer,
+            None,
+        )
+    }
+
+    /// A new client for the controller client `name` (Go's `ClientBuilder.ClientOrDie(name)`),
+    /// with a token bucket of its own: with the root credentials and a user agent ending in
+    /// `name`, or with `--use-service-account-credentials` as ServiceAccount
+    /// `kube-system/<name>` (created if missing; fails if no token can be had, after four
+    /// tries over about 7 s). Call it once per controller, not per request.
+    pub async fn client_for(&self, name: &str) -> Result<Client, ClientError> {
+        let i = &self.inner;
+        if !i.service_accounts {
+            return self.root_credentials_client(name);
+        }
+        let tokens = self.tokens_of(name).await?;
+        // No credentials of the root configuration (token, client certificate, exec plugin,
+        // impersonation): Go's `rest.AnonymousClientConfig`.
+        let mut config = i.config.clone();
+        config.auth_info = kube::config::AuthInfo::default();
+        build_with(
+            config,
+            &user_agent(&i.version, &tokens.username()),
+            i.qps,
+            i.burst,
+            &i.metrics_layer,
+            Some(tokens),
+        )
+    }
+
+    /// The client that writes the Events of controller client `name`: the same identity as
+    /// [`ClientFactory::client_for`] gives (Go records each controller's Events with that
+    /// controller's client), its own connections and token bucket (so Event writes never wait
+    /// for the controller's requests), one per name.
+    pub async fn event_client_for(&self, name: &str) -> Result<Client, ClientError> {
+        let mut clients = self.inner.event_clients.lock().await;
+        if let Some(client) = clients.get(name) {
+            return Ok(client.clone());
+        }
+        let client = self.client_for(name).await?;
+        clients.insert(name.to_owned(), client.clone());
+        Ok(client)
+    }
+
+    async fn tokens_of(&self, name: &str) -> Result<ServiceAccountTokens, ClientError> {
+        let mut tokens = self.inner.tokens.lock().await;
+        if let Some(t) = tokens.get(name) {
+            return Ok(t.clone());
+        }
+        let t = ServiceAccountTokens::start(
+            self.root(),
+            SERVICE_ACCOUNT_NAMESPACE,
+            name,
+            TOKEN_EXPIRATION_SECONDS,
+        )
+        .await
+        .map_err(|e| ClientError::ServiceAccount {
+            name: format!("{SERVICE_ACCOUNT_NAMESPACE}/{name}"),
+            message: e.to_string(),
+        })?;
+        tokens.insert(name.to_owned(), t.clone());
+        Ok(t)
+    }
+}
+
+/// One client: `agent`, its own token bucket, the shared request metrics and, with `tokens`,
+/// their bearer token on every request (set after the token bucket let the request go, so a
+/// request that waited long still gets a fresh token).
+fn build_with(
+    mut config: Config,
+    agent: &str,
+    qps: f64,
+    burst: u32,
+    metrics_layer: &RequestMetricsLayer,
+    tokens: Option<ServiceAccountTokens>,
+) -> Result<Client, ClientError> {
+    let agent = HeaderValue::from_str(agent)
         .map_err(|e| ClientError::Build(format!("user agent {agent:?}: {e}")))?;
     config.headers.retain(|(name, _)| name != USER_AGENT);
     config.headers.push((USER_AGENT, agent));
-    let host = config
-        .cluster_url
-        .authority()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    let metrics_layer = RequestMetricsLayer::new(host, metrics);
-    let build = |config: Config| -> Result<Client, ClientError> {
-        let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
-        let builder =
-            ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-        Ok(builder
-            .with_layer(&metrics_layer)
+    let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
+    let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
+    Ok(match tokens {
+        Some(tokens) => builder
+            .with_layer(&BearerTokenLayer::new(tokens))
+            .with_layer(metrics_layer)
             .with_layer(&limit)
-            .build())
-    };
-    Ok(Clients {
-        controllers: build(config.clone())?,
-        events: build(config)?,
+            .build(),
+        None => builder.with_layer(metrics_layer).with_layer(&limit).build(),
     })
 }
 

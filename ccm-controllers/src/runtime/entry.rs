@@ -37,6 +37,15 @@ impl std::fmt::Debug for StartArgs {
 }
 
 impl StartArgs {
+    /// Start arguments with these flags and no vendor flags (for tests and embedding, e.g. the
+    /// controller harness of `ccm-testing`; the runtime builds its own).
+    pub fn new(options: Arc<Options>) -> Self {
+        StartArgs {
+            options,
+            vendor: Arc::new(NoArgs),
+        }
+    }
+
     /// The vendor's own flags, as added with [`Builder::with_args`]; `None` if `V` is not that
     /// type.
     pub fn vendor<V: 'static>(&self) -> Option<&V> {
@@ -55,6 +64,10 @@ pub struct ControllerEntry {
     pub aliases: Vec<String>,
     /// When true, `*` does not enable it (only an explicit `--controllers=name`).
     pub disabled_by_default: bool,
+    /// The name of the controller's client (Go's `ControllerInitContext.ClientName`): the end
+    /// of its user agent and, with `--use-service-account-credentials`, its ServiceAccount in
+    /// `kube-system`. `None`: the controller's name.
+    pub client_name: Option<String>,
     /// Starts the controller.
     pub start: StartFn,
 }
@@ -65,6 +78,7 @@ impl std::fmt::Debug for ControllerEntry {
             .field("name", &self.name)
             .field("aliases", &self.aliases)
             .field("disabled_by_default", &self.disabled_by_default)
+            .field("client_name", &self.client_name)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +94,7 @@ impl ControllerEntry {
             name: name.to_owned(),
             aliases: Vec::new(),
             disabled_by_default: false,
+            client_name: None,
             start: Arc::new(move |ctx, args| start(ctx, args).boxed()),
         }
     }
@@ -94,6 +109,22 @@ impl ControllerEntry {
     pub fn disabled_by_default(mut self) -> Self {
         self.disabled_by_default = true;
         self
+    }
+
+    /// Names the controller's client (default: the controller's name). The controller's
+    /// [`ControllerContext::client`] is then that client: with
+    /// `--use-service-account-credentials` it authenticates as ServiceAccount
+    /// `kube-system/<name>` (the built-in controllers use `node-controller`,
+    /// `service-controller` and `route-controller`, whose RBAC kube-apiserver's bootstrap policy
+    /// grants), else it has the main credentials and a user agent ending in `/<name>`.
+    pub fn client(mut self, name: &str) -> Self {
+        self.client_name = Some(name.to_owned());
+        self
+    }
+
+    /// The name of the controller's client.
+    pub fn client_name(&self) -> &str {
+        self.client_name.as_deref().unwrap_or(&self.name)
     }
 
     pub(crate) fn metric_name(&self) -> &str {

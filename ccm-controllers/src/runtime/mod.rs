@@ -13,7 +13,7 @@
 //! standby takes over at once, exit code 0. Losing the lease exits with code 1 at once (another
 //! process leads), as in Go.
 
-mod builtin;
+pub(crate) mod builtin;
 pub(crate) mod client;
 mod entry;
 pub(crate) mod health;
@@ -507,20 +507,33 @@ where
             master_status.clone(),
         );
 
-        // 6. Client.
+        // 6. Clients: one per controller, as Go's client builders (see `crate::runtime::client`).
         let config = crate::runtime::client::load_config(&options)
             .await
             .map_err(|e| fail(format_args!("{e}")))?;
-        // The Event writer gets a client of its own (see `crate::machinery::events`).
-        let clients = crate::runtime::client::build_clients(
+        let use_service_accounts = options.use_service_account_credentials();
+        let clients = crate::runtime::client::ClientFactory::new(
             config,
             options.kube.kube_api_qps,
             options.kube.kube_api_burst,
             self.version,
             &metrics,
+            use_service_accounts,
         )
         .map_err(|e| fail(format_args!("{e}")))?;
-        let client = clients.controllers;
+        if use_service_accounts {
+            tracing::info!(
+                "--use-service-account-credentials: each controller authenticates as its own ServiceAccount in kube-system"
+            );
+        }
+        let client = clients.root();
+        let informer_client = clients
+            .root_credentials_client(crate::runtime::client::INFORMERS_CLIENT_NAME)
+            .map_err(|e| fail(format_args!("{e}")))?;
+        // The Event writer's own client, for Events not recorded by a controller.
+        let event_client = clients
+            .root_credentials_client(crate::runtime::client::ROOT_CLIENT_NAME)
+            .map_err(|e| fail(format_args!("{e}")))?;
 
         // 7. Serving.
         let election = options.leader_election.leader_elect;
@@ -587,7 +600,9 @@ where
             options: Arc::new(options),
             vendor: Arc::new(vendor),
             client,
-            event_client: clients.events,
+            informer_client,
+            clients,
+            event_client,
             budgeted,
             metrics,
             workqueue_metrics,
@@ -709,7 +724,13 @@ enum Lead {
 struct LeadEnv {
     options: Arc<Options>,
     vendor: Arc<dyn Any + Send + Sync>,
+    /// The root client (leader election, the provider's `initialize`).
     client: Client,
+    /// The shared informers' client (root credentials).
+    informer_client: Client,
+    /// Makes each controller's client.
+    clients: crate::runtime::client::ClientFactory,
+    /// The Event writer's own client (Events of no controller).
     event_client: Client,
     budgeted: Arc<BudgetedProvider>,
     metrics: Arc<MetricsRegistry>,
@@ -760,7 +781,8 @@ impl LeadEnv {
         ));
         let ctx = ControllerContext::start(
             ContextParams {
-                client: self.client.clone(),
+                client: self.informer_client.clone(),
+                clients: Some(self.clients.clone()),
                 cloud: self.budgeted.clone(),
                 metrics: self.metrics.clone(),
                 workqueue_metrics: self.workqueue_metrics.clone(),
@@ -816,9 +838,23 @@ impl LeadEnv {
                 if work.is_cancelled() {
                     break;
                 }
-                tracing::info!(controller = %entry.name, "starting controller");
+                tracing::info!(controller = %entry.name, client = entry.client_name(), "starting controller");
+                // The controller's own client (with --use-service-account-credentials its
+                // ServiceAccount's token, fetched now, as Go's `ClientOrDie`).
+                let own = tokio::select! {
+                    own = ctx.clone().for_client(entry.client_name()) => own,
+                    () = work.cancelled() => break,
+                    reason = lost_signal(&mut lost) => break 'run Some(Lead::Lost(reason)),
+                };
+                let own = match own {
+                    Ok(own) => own,
+                    Err(e) => {
+                        tracing::error!(controller = %entry.name, "cannot start the controller: {e}");
+                        break 'run Some(Lead::Done(1));
+                    }
+                };
                 self.running.get_or_create(&self.managed(entry)).set(1);
-                let fut = (entry.start)(ctx.clone(), args.clone());
+                let fut = (entry.start)(own, args.clone());
                 controllers.spawn(async move { (i, fut.await) });
                 if !interval.is_zero() && i + 1 < self.enabled.len() {
                     tokio::select! {

@@ -1,21 +1,22 @@
-//! The harness shared by the cloud-node and node-lifecycle controller tests.
+//! What the cloud-node and node-lifecycle controller tests share: the test's cluster, its
+//! unique run label, and the controller harness of `ccm-testing` scoped to that label.
 //!
 //! On a real cluster (`CCM_TEST_KUBECONFIG`) the controller must not touch anybody else's
 //! Nodes: every Node a test creates carries `ccm-test.example.com/run=<unique>`, and the
-//! controller's informers are restricted to that label. On the in-process server the test owns
-//! the whole server and uses `ControllerContext::standalone` as is.
+//! controller's informers are restricted to that label (on the in-process server too, so both
+//! run the same way).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_controllers::{ControllerContext, ControllerError, InformerScope};
+use ccm_controllers::{Backoff, ControllerContext, ControllerError, InformerScope};
 use ccm_core::{CloudProvider, Node};
 use ccm_testing::TestCluster;
+use ccm_testing::harness::{ControllerHarness, HarnessBuilder};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
-use tokio::task::{JoinHandle, JoinSet};
 
 /// How long a test waits for the controller.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(20);
@@ -49,33 +50,36 @@ impl Test {
         self.cluster.create(node).await
     }
 
-    /// The controller's context: standalone on the in-process server, restricted to this
-    /// test's nodes on a real cluster.
-    pub(crate) fn context(
-        &self,
-        cloud: Arc<dyn CloudProvider>,
-    ) -> (ControllerContext, JoinSet<()>) {
-        if !self.cluster.is_real() {
-            return ControllerContext::standalone(self.cluster.client(), cloud, "kubernetes");
-        }
+    /// The controller harness on this test's cluster, its informers restricted to this
+    /// test's Nodes.
+    pub(crate) fn harness(&self, cloud: Arc<dyn CloudProvider>) -> HarnessBuilder {
         let selector = format!("{RUN_LABEL}={}", self.run);
-        let scope = InformerScope {
-            node_labels: Some(selector.clone()),
-            service_labels: Some(selector),
-            ..InformerScope::default()
-        };
-        ControllerContext::standalone_scoped(self.cluster.client(), cloud, "kubernetes", &scope)
+        ControllerHarness::builder(&self.cluster, cloud)
+            .scope(InformerScope {
+                node_labels: Some(selector.clone()),
+                service_labels: Some(selector),
+                ..InformerScope::default()
+            })
+            // The cloud-node controller's own backoff (Go's), which these tests were written
+            // against.
+            .retry_backoff(Backoff::CONTROLLER)
     }
 
-    /// Starts a controller (`run(ctx)`) in the test's context.
-    pub(crate) fn spawn<F, Fut>(&self, cloud: Arc<dyn CloudProvider>, run: F) -> Running
+    /// Starts one controller (`run(ctx)`, under the name `name`) in the harness.
+    pub(crate) async fn start_controller<F, Fut>(
+        &self,
+        cloud: Arc<dyn CloudProvider>,
+        name: &str,
+        run: F,
+    ) -> ControllerHarness
     where
-        F: FnOnce(ControllerContext) -> Fut,
+        F: Fn(ControllerContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), ControllerError>> + Send + 'static,
     {
-        let (ctx, tasks) = self.context(cloud);
-        let handle = tokio::spawn(run(ctx.clone()));
-        Running { ctx, tasks, handle }
+        self.harness(cloud)
+            .controller(name, move |ctx, _| run(ctx))
+            .start()
+            .await
     }
 
     /// Events recorded about a node, as (type, reason, note).
@@ -117,21 +121,5 @@ impl Test {
         let events = self.events(node).await;
         assert!(found, "no {reason} event for {node}; events: {events:?}");
         events
-    }
-}
-
-/// A running controller and its informers.
-pub(crate) struct Running {
-    pub ctx: ControllerContext,
-    pub tasks: JoinSet<()>,
-    pub handle: JoinHandle<Result<(), ControllerError>>,
-}
-
-impl Running {
-    /// Graceful stop: the controller must return `Ok`.
-    pub(crate) async fn stop(mut self) {
-        self.ctx.shutdown.cancel();
-        self.handle.await.unwrap().unwrap();
-        self.tasks.shutdown().await;
     }
 }

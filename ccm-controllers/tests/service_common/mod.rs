@@ -6,17 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccm_controllers::controllers::service::{self, ServiceConfig, plan};
-use ccm_controllers::{ControllerContext, ControllerError, InformerScope};
+use ccm_controllers::{Backoff, InformerScope};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::{FakeCloud, LoadBalancerState};
+use ccm_testing::harness::ControllerHarness;
 use ccm_testing::wait::eventually;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 use tokio::sync::Notify;
-use tokio::task::{JoinHandle, JoinSet};
 
 /// Generous timeout for every wait.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -285,80 +285,59 @@ pub fn key(service: &Service) -> String {
     )
 }
 
-/// A running controller.
-pub struct Running {
-    pub ctx: ControllerContext,
-    handle: JoinHandle<Result<(), ControllerError>>,
-    informers: JoinSet<()>,
-}
-
 /// A test configuration: small window, a few workers.
 pub fn test_config() -> ServiceConfig {
     ServiceConfig {
         workers: 4,
         node_sync_window: Duration::from_millis(300),
+        node_sync_max_window: Duration::from_millis(1200),
     }
 }
 
-/// Starts the service controller on `cluster` with `cloud`. Its Service informer sees only the
-/// test's namespace `ns`, so on a real cluster (`CCM_TEST_KUBECONFIG`) the controller never
-/// touches anyone else's Services.
-pub fn start(
+/// Starts the service controller on `cluster` with `cloud`, in the controller harness. Its
+/// Service informer sees only the test's namespace `ns`, so on a real cluster
+/// (`CCM_TEST_KUBECONFIG`) the controller never touches anyone else's Services.
+pub async fn start(
     cluster: &TestCluster,
     ns: &str,
     cloud: Arc<dyn CloudProvider>,
     config: ServiceConfig,
-) -> Running {
+) -> ControllerHarness {
     let scope = InformerScope {
         service_namespace: Some(ns.to_owned()),
         ..InformerScope::default()
     };
-    let (ctx, informers) =
-        ControllerContext::standalone_scoped(cluster.client(), cloud, "kubernetes", &scope);
-    let handle = tokio::spawn(service::run(ctx.clone(), config));
-    Running {
-        ctx,
-        handle,
-        informers,
-    }
+    ControllerHarness::builder(cluster, cloud)
+        .controller(service::NAME, move |ctx, _| {
+            service::run(ctx, config.clone())
+        })
+        .scope(scope)
+        // These tests assert Go's service backoff (5 s, doubling), not the harness's.
+        .retry_backoff(Backoff::SERVICE)
+        .start()
+        .await
 }
 
 /// Starts the controller with a fresh [`Probe`] around `fake`.
-pub fn start_probed(
+pub async fn start_probed(
     cluster: &TestCluster,
     ns: &str,
     fake: &FakeCloud,
     config: ServiceConfig,
-) -> (Running, Arc<Probe>) {
+) -> (ControllerHarness, Arc<Probe>) {
     let probe = Probe::new(fake, cluster.client());
-    let running = start(cluster, ns, Arc::new(ProbeProvider(probe.clone())), config);
+    let running = start(cluster, ns, Arc::new(ProbeProvider(probe.clone())), config).await;
     (running, probe)
 }
 
-impl Running {
-    /// Graceful stop: shutdown, in-flight work finishes.
-    pub async fn stop(mut self) -> Result<(), ControllerError> {
-        self.ctx.shutdown.cancel();
-        let r = self.handle.await.expect("controller task");
-        while self.informers.join_next().await.is_some() {}
-        r
-    }
-
-    /// A crash: the controller is dropped wherever it is.
-    pub async fn crash(mut self) {
-        self.handle.abort();
-        self.ctx.shutdown.cancel();
-        let _ = self.handle.await;
-        while self.informers.join_next().await.is_some() {}
-    }
-
-    /// The metrics text.
-    pub fn metrics(&self) -> String {
-        self.ctx.metrics.encode().unwrap()
-    }
-
+/// A metric of a running controller.
+pub trait Metric {
     /// The value of a metric line `name value` (e.g. a counter or a histogram's `_count`).
-    pub fn metric(&self, name: &str) -> f64 {
+    fn metric(&self, name: &str) -> f64;
+}
+
+impl Metric for ControllerHarness {
+    fn metric(&self, name: &str) -> f64 {
         metric_value(&self.metrics(), name)
     }
 }

@@ -971,6 +971,7 @@ fn discovery_resources(path: &str) -> Option<Value> {
             "namespaced": r.namespaced,
             "kind": r.kind,
             "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "shortNames": short_names(r.group, r.plural),
         }));
         if r.status_subresource {
             list.push(json!({
@@ -993,6 +994,19 @@ fn discovery_resources(path: &str) -> Option<Value> {
     Some(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
     )
+}
+
+/// kube-apiserver's short names of a resource, which kubectl resolves through discovery
+/// (`kubectl get svc`).
+fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "nodes") => &["no"],
+        ("", "services") => &["svc"],
+        ("", "namespaces") => &["ns"],
+        ("", "configmaps") => &["cm"],
+        ("", "events") | ("events.k8s.io", "events") => &["ev"],
+        _ => &[],
+    }
 }
 
 /// The error a `fail_next` rule answers with.

@@ -504,9 +504,23 @@ impl ApiServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("ccm-testing ApiServer: binding 127.0.0.1:0");
-        let addr = listener
-            .local_addr()
-            .expect("ccm-testing ApiServer: reading the bound address");
+        ApiServer::serve(listener)
+            .await
+            .expect("ccm-testing ApiServer: serving on a bound loopback port")
+    }
+
+    /// Serves on a listener the caller bound, e.g. a chosen port (the `ccm-apiserver` binary).
+    ///
+    /// # Errors
+    ///
+    /// If the listener's address cannot be read or no client can be built for it.
+    pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<ApiServer> {
+        let addr = listener.local_addr()?;
+        let url: axum::http::Uri = format!("http://{addr}")
+            .parse()
+            .map_err(std::io::Error::other)?;
+        let client =
+            kube::Client::try_from(kube::Config::new(url)).map_err(std::io::Error::other)?;
         let (close_tx, _) = tokio::sync::watch::channel(0u64);
         let inner = Arc::new(Inner {
             state: Mutex::new(State::new(HISTORY_CAPACITY)),
@@ -531,19 +545,14 @@ impl ApiServer {
                 tracing::error!(error = %e, "ccm-testing ApiServer stopped");
             }
         });
-        let url: axum::http::Uri = format!("http://{addr}")
-            .parse()
-            .expect("ccm-testing ApiServer: a socket address is a valid URI");
-        let client = kube::Client::try_from(kube::Config::new(url))
-            .expect("ccm-testing ApiServer: building a kube client for a plain http URL");
         tracing::debug!(%addr, "ccm-testing ApiServer listening");
-        ApiServer {
+        Ok(ApiServer {
             inner,
             addr,
             client,
             task,
             namespace_task,
-        }
+        })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234`.

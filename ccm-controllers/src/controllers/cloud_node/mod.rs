@@ -178,6 +178,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     () = ctx.shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
+                let _busy = ctx.activity().begin();
                 let queue_labels = !std::mem::take(&mut first_pass);
                 let nodes = ctx.nodes.list();
                 futures::stream::iter(nodes)

@@ -130,6 +130,7 @@ pub async fn run(
             () = ctx.shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
+        let _busy = ctx.activity().begin();
         lifecycle.monitor().await;
     }
     tracing::info!("{NAME} stopped");

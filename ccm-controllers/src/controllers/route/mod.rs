@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::machinery::informer::{Change, Subscription};
-use crate::machinery::workqueue::{Backoff, WorkQueue};
+use crate::machinery::workqueue::{Activity, Backoff, WorkQueue};
 
 use self::metrics::RouteMetrics;
 use self::sync::Reconciler;
@@ -197,6 +197,7 @@ pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), Cont
 
     let watcher = tokio::spawn(watch_nodes(
         changes,
+        ctrl.ctx.activity().clone(),
         queue.clone(),
         ctrl.config.debounce,
         shutdown.clone(),
@@ -257,6 +258,7 @@ fn is_relevant(change: &Change<Node>) -> bool {
 /// `debounce`; everything arriving in it is folded into one reconcile.
 async fn watch_nodes(
     mut changes: Subscription<Node>,
+    activity: Activity,
     queue: WorkQueue<()>,
     debounce: Duration,
     shutdown: CancellationToken,
@@ -270,6 +272,8 @@ async fn watch_nodes(
         if !is_relevant(&change) {
             continue;
         }
+        // In flight until the reconcile is queued (the queue counts from then on).
+        let _busy = activity.begin();
         let window = tokio::time::sleep(debounce);
         tokio::pin!(window);
         loop {
@@ -403,6 +407,7 @@ mod tests {
         let queue: WorkQueue<()> = WorkQueue::new("t", Backoff::CONTROLLER, None);
         let watcher = tokio::spawn(watch_nodes(
             sub,
+            Activity::new(),
             queue.clone(),
             Duration::from_millis(200),
             shutdown.clone(),

@@ -26,7 +26,9 @@
 //! - **Node sync**: Node adds, deletes and updates that change load-balancer eligibility or
 //!   `spec.providerID` ([`plan::node_update_needs_sync`]) are coalesced: a pass runs once no
 //!   change arrived for [`ServiceConfig::node_sync_window`] (at the latest five windows after
-//!   the first change of a burst), and every change until then joins that one pass. A pass
+//!   the first change of a burst), and every change until then joins that one pass. Additions
+//!   alone wait for a window that widens up to [`ServiceConfig::node_sync_max_window`] while
+//!   Nodes keep joining ([`plan::NodeSyncTimer`]). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   ([`plan::nodes_sufficiently_equal`]) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers. A failed update emits
@@ -111,13 +113,26 @@ pub struct ServiceConfig {
     /// balancer one `update_load_balancer`, not N. Zero runs a pass per batch of changes as
     /// soon as it arrives. Default 1 s.
     pub node_sync_window: Duration,
+    /// `--node-sync-max-window`: while Nodes keep joining, the window for additions doubles
+    /// from `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
+    /// costs each load balancer one update per window, not one per Node; removals still go out
+    /// within `node_sync_window`. Default [`DEFAULT_NODE_SYNC_MAX_WINDOW`]; a value below
+    /// `node_sync_window` means no widening.
+    pub node_sync_max_window: Duration,
 }
+
+/// Default of [`ServiceConfig::node_sync_max_window`]: 8 s. From the 1 s base the window
+/// doubles 1, 2, 4, 8 s: a Node joining during a steady trickle waits at most 8 s (plus the
+/// pass) for its load balancers, within the 10 s issue 19 sets for the last join, and a
+/// trickle costs each load balancer one update per 8 s instead of one per Node.
+pub const DEFAULT_NODE_SYNC_MAX_WINDOW: Duration = Duration::from_secs(8);
 
 impl Default for ServiceConfig {
     fn default() -> Self {
         ServiceConfig {
             workers: DEFAULT_WORKERS,
             node_sync_window: DEFAULT_NODE_SYNC_WINDOW,
+            node_sync_max_window: DEFAULT_NODE_SYNC_MAX_WINDOW,
         }
     }
 }

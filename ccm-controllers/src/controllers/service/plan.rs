@@ -515,6 +515,135 @@ pub fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
     )
 }
 
+/// What a Node change does to the load balancers' host sets, for the node-sync timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostChange {
+    /// A host may join (a Node added, or become eligible): batched over a widening window.
+    Addition,
+    /// A host may leave or change identity (a Node deleted, excluded, tainted for deletion,
+    /// no longer eligible, its providerID changed; or the subscriber missed changes): synced
+    /// within the base window, as every change was before.
+    Removal,
+}
+
+/// How a Node change affects the host sets; `None` when it cannot (see
+/// [`node_update_needs_sync`]). `old` is `None` for an added Node, `new` `None` for a deleted
+/// one.
+pub fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange> {
+    match (old, new) {
+        (None, Some(_)) => Some(HostChange::Addition),
+        (Some(_), None) | (None, None) => Some(HostChange::Removal),
+        (Some(old), Some(new)) => {
+            if !node_update_needs_sync(old, new) {
+                None
+            } else if provider_id(old) == provider_id(new)
+                && !is_eligible_host(old)
+                && is_eligible_host(new)
+            {
+                Some(HostChange::Addition)
+            } else {
+                Some(HostChange::Removal)
+            }
+        }
+    }
+}
+
+/// A node-sync pass waits at most this many base windows after the first removal of a burst.
+pub const MAX_WINDOW_FACTOR: u32 = 5;
+
+/// When the next node-sync pass runs (pure: driven with the current time).
+///
+/// - **Removals** keep the base window (`--node-sync-window`): the pass runs once no change
+///   arrived for one window, at the latest [`MAX_WINDOW_FACTOR`] windows after the first.
+/// - **Additions** wait for the *addition window*, counted from the first addition since the
+///   last pass and not extended by later ones. It starts at the base window and doubles, up to
+///   `--node-sync-max-window`, each time an addition arrives within one addition window of the
+///   previous pass (Nodes keep joining); an addition after a longer pause starts again from the
+///   base. So a steady trickle of joins costs each load balancer one update per (widened)
+///   window instead of one per Node, while a removal still goes out within the base window.
+#[derive(Clone, Debug)]
+pub struct NodeSyncTimer<I> {
+    base: std::time::Duration,
+    max: std::time::Duration,
+    addition_window: std::time::Duration,
+    last_pass: Option<I>,
+    first_addition: Option<I>,
+    first_removal: Option<I>,
+    last_removal: Option<I>,
+}
+
+impl<I> NodeSyncTimer<I>
+where
+    I: Copy + Ord + std::ops::Add<std::time::Duration, Output = I>,
+{
+    /// A timer with the base window `base` and the largest addition window `max` (raised to
+    /// `base` when smaller).
+    pub fn new(base: std::time::Duration, max: std::time::Duration) -> Self {
+        NodeSyncTimer {
+            base,
+            max: max.max(base),
+            addition_window: base,
+            last_pass: None,
+            first_addition: None,
+            first_removal: None,
+            last_removal: None,
+        }
+    }
+
+    /// The current addition window.
+    pub fn addition_window(&self) -> std::time::Duration {
+        self.addition_window
+    }
+
+    /// Records a change arriving at `now`.
+    pub fn change(&mut self, change: HostChange, now: I) {
+        match change {
+            HostChange::Addition => {
+                if self.first_addition.is_none() {
+                    let keeps_joining = self
+                        .last_pass
+                        .is_some_and(|last| now < last + self.addition_window);
+                    self.addition_window = if keeps_joining {
+                        self.addition_window.saturating_mul(2).min(self.max)
+                    } else {
+                        self.base
+                    };
+                    self.first_addition = Some(now);
+                }
+            }
+            HostChange::Removal => {
+                self.first_removal.get_or_insert(now);
+                self.last_removal = Some(now);
+            }
+        }
+    }
+
+    /// When the next pass is due; `None` while nothing is pending.
+    pub fn due(&self) -> Option<I> {
+        let removal = match (self.first_removal, self.last_removal) {
+            (Some(first), Some(last)) => {
+                Some((last + self.base).min(first + self.base.saturating_mul(MAX_WINDOW_FACTOR)))
+            }
+            _ => None,
+        };
+        let addition = self
+            .first_addition
+            .map(|first| first + self.addition_window);
+        match (removal, addition) {
+            (Some(r), Some(a)) => Some(r.min(a)),
+            (r, a) => r.or(a),
+        }
+    }
+
+    /// A pass started at `now`: it covers every change recorded so far.
+    pub fn passed(&mut self, now: I) {
+        self.last_pass = Some(now);
+        self.first_addition = None;
+        self.first_removal = None;
+        self.last_removal = None;
+    }
+}
+
 // The file is longer than the ~800 lines of ARCHITECTURE.md because of the unit tests below:
 // the planner is pure, so its tests carry the rules of the reference, one test per rule.
 #[cfg(test)]
@@ -1116,5 +1245,87 @@ mod tests {
             update_failed_note(&[key("a", "")], "x"),
             "Error updating load balancer with new hosts [a] [node names limited, total number of nodes: 1], error: x"
         );
+    }
+
+    mod node_sync_timer {
+        use super::super::{HostChange, NodeSyncTimer};
+        use std::time::Duration;
+
+        fn ms(n: u64) -> Duration {
+            Duration::from_millis(n)
+        }
+
+        /// Times are durations since an origin.
+        fn timer() -> NodeSyncTimer<Duration> {
+            NodeSyncTimer::new(ms(200), ms(1600))
+        }
+
+        #[test]
+        fn joins_that_keep_coming_widen_the_window_up_to_the_max() {
+            let mut t = timer();
+            let mut now = ms(0);
+            let mut passes = Vec::new();
+            // A Node every 300 ms for 6 s.
+            for _ in 0..20 {
+                while let Some(due) = t.due().filter(|d| *d <= now) {
+                    passes.push(due);
+                    t.passed(due);
+                }
+                t.change(HostChange::Addition, now);
+                now += ms(300);
+            }
+            while let Some(due) = t.due() {
+                passes.push(due);
+                t.passed(due);
+            }
+            // Windows 200, 400, 800, 1600, 1600, ... instead of one pass per Node.
+            assert_eq!(t.addition_window(), ms(1600));
+            assert!(passes.len() <= 7, "{passes:?}");
+            let last_join = ms(300 * 19);
+            assert!(*passes.last().unwrap() >= last_join);
+            assert!(*passes.last().unwrap() <= last_join + ms(1600));
+        }
+
+        #[test]
+        fn a_pause_resets_the_window() {
+            let mut t = timer();
+            t.change(HostChange::Addition, ms(0));
+            t.passed(ms(200));
+            t.change(HostChange::Addition, ms(300));
+            assert_eq!(t.addition_window(), ms(400));
+            t.passed(ms(700));
+            // Nothing for longer than the window: back to the base.
+            t.change(HostChange::Addition, ms(5000));
+            assert_eq!(t.addition_window(), ms(200));
+            assert_eq!(t.due(), Some(ms(5200)));
+        }
+
+        #[test]
+        fn a_removal_goes_out_within_the_base_window_during_a_wide_addition_window() {
+            let mut t = timer();
+            // Joins every 300 ms until the window is at its widest (passes at 200, 700, 1700,
+            // 3400; the join at 3600 opens a 1600 ms window).
+            for n in 0..13u64 {
+                let now = ms(n * 300);
+                while let Some(due) = t.due().filter(|d| *d <= now) {
+                    t.passed(due);
+                }
+                t.change(HostChange::Addition, now);
+            }
+            assert_eq!(t.addition_window(), ms(1600));
+            assert_eq!(t.due(), Some(ms(5200)));
+            t.change(HostChange::Removal, ms(3700));
+            assert_eq!(t.due(), Some(ms(3900)), "the removal's base window");
+        }
+
+        #[test]
+        fn removals_alone_keep_the_quiet_window_and_its_deadline() {
+            let mut t = timer();
+            for n in 0..10u64 {
+                t.change(HostChange::Removal, ms(n * 150));
+            }
+            // Quiet window would be 1350 + 200; the burst deadline is 0 + 5 × 200.
+            assert_eq!(t.due(), Some(ms(1000)));
+        }
     }
 }

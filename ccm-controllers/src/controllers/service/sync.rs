@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::metrics::ServiceMetrics;
-use super::plan::{self, Decision, HostKey};
+use super::plan::{self, Decision, HostChange, HostKey, NodeSyncTimer};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
@@ -24,9 +24,6 @@ use crate::machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
 /// How often a write that hit a conflict is retried on a fresh read within one sync.
 const MAX_CONFLICT_ATTEMPTS: usize = 5;
-
-/// A node-sync pass waits at most this many windows after the first change of a burst.
-const MAX_WINDOW_FACTOR: u32 = 5;
 
 /// What the controller remembers about one Service (by `namespace/name`), like Go's
 /// `serviceCache`. Guarded by a per-Service async lock that every cloud call for the Service
@@ -234,7 +231,7 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
 async fn node_events(
     shared: Arc<Reconciler>,
     mut changes: Subscription<Node>,
-    trigger: mpsc::UnboundedSender<()>,
+    trigger: mpsc::UnboundedSender<HostChange>,
 ) {
     loop {
         let change = tokio::select! {
@@ -242,51 +239,57 @@ async fn node_events(
             change = changes.recv() => change,
         };
         let Some(change) = change else { return };
-        let relevant = match &change {
-            Change::Applied { old: None, .. } | Change::Deleted(_) | Change::Resync => true,
-            Change::Applied {
-                old: Some(old),
-                new,
-            } => plan::node_update_needs_sync(old, new),
+        let host_change = match &change {
+            Change::Applied { old, new } => plan::host_change(old.as_deref(), Some(new)),
+            Change::Deleted(gone) => plan::host_change(Some(gone), None),
+            Change::Resync => Some(HostChange::Removal),
         };
-        if relevant && trigger.send(()).is_err() {
+        if let Some(host_change) = host_change
+            && trigger.send(host_change).is_err()
+        {
             return;
         }
     }
 }
 
-/// Coalesces node-change triggers, then runs one pass for all of them: the pass starts once
-/// `node_sync_window` has passed without a new change, or at the latest
-/// [`MAX_WINDOW_FACTOR`] windows after the first change (so continuous churn cannot postpone
-/// host updates forever). Triggers arriving during a pass start the next window.
-async fn node_sync_loop(shared: Arc<Reconciler>, mut triggers: mpsc::UnboundedReceiver<()>) {
+/// Runs one node-sync pass when the [`NodeSyncTimer`] says so: removals within
+/// `node_sync_window`, additions over a window widening up to `node_sync_max_window` while
+/// Nodes keep joining. A pass covers every change received before it (it reads the current
+/// node store).
+async fn node_sync_loop(
+    shared: Arc<Reconciler>,
+    mut triggers: mpsc::UnboundedReceiver<HostChange>,
+) {
     let shutdown = shared.ctx.shutdown.clone();
-    let window = shared.config.node_sync_window;
+    let mut timer = NodeSyncTimer::new(
+        shared.config.node_sync_window,
+        shared.config.node_sync_max_window,
+    );
+    // In flight while a pass is pending or running (the test harness's `settled()` waits for it).
+    let mut busy = None;
     loop {
+        let due = timer.due();
+        if due.is_some() {
+            busy.get_or_insert_with(|| shared.ctx.activity().begin());
+        } else {
+            busy = None;
+        }
         tokio::select! {
             biased;
+            // Pending node changes are dropped on shutdown: the next leader ensures every
+            // load balancer with the then-current hosts anyway.
             () = shutdown.cancelled() => return,
-            first = triggers.recv() => if first.is_none() { return },
-        }
-        let hard_deadline = tokio::time::Instant::now() + window.saturating_mul(MAX_WINDOW_FACTOR);
-        let mut quiet_deadline = tokio::time::Instant::now() + window;
-        loop {
-            tokio::select! {
-                biased;
-                // Pending node changes are dropped on shutdown: the next leader ensures
-                // every load balancer with the then-current hosts anyway.
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep_until(quiet_deadline.min(hard_deadline)) => break,
-                more = triggers.recv() => match more {
-                    Some(()) => quiet_deadline = tokio::time::Instant::now() + window,
-                    None => break,
-                },
+            () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
+                timer.passed(tokio::time::Instant::now());
+                // Every change received so far is in the store the pass reads.
+                while triggers.try_recv().is_ok() {}
+                shared.node_sync_pass().await;
             }
+            change = triggers.recv() => match change {
+                Some(change) => timer.change(change, tokio::time::Instant::now()),
+                None => return,
+            },
         }
-        // Every change received so far is covered by the pass below, which reads the
-        // current node store.
-        while triggers.try_recv().is_ok() {}
-        shared.node_sync_pass().await;
     }
 }
 

@@ -256,6 +256,7 @@ mod tests {
     fn queued(reason: &str, name: &str, note: &str) -> Queued {
         Queued {
             component: Arc::from("c"),
+            client: None,
             type_: EventType::Normal,
             reason: reason.into(),
             note: note.into(),

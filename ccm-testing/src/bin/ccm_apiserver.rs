@@ -1,0 +1,148 @@
+//! `ccm-apiserver`: the in-process API server of `ccm_testing::apiserver` as a process, for a smoke
+//! test with no cluster. It serves plain HTTP on a chosen port and writes a kubeconfig for it, so
+//! that `kubectl` and a CCM binary (`--kubeconfig`) can be pointed at it:
+//!
+//! ```sh
+//! cargo run -p ccm-testing --features ccm-apiserver --bin ccm-apiserver -- \
+//!     --port 8080 --kubeconfig /tmp/ccm-apiserver.kubeconfig --node worker-1 --node worker-2
+//! kubectl --kubeconfig /tmp/ccm-apiserver.kubeconfig get nodes
+//! ```
+//!
+//! It runs until SIGTERM or Ctrl-C. State lives in memory only: a restart starts empty.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use ccm_testing::apiserver::ApiServer;
+use ccm_testing::builders::kubelet_node;
+use clap::Parser;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+
+/// Serves the in-process Kubernetes API server of ccm-testing on a port and writes a kubeconfig
+/// for it.
+#[derive(Debug, Parser)]
+#[command(name = "ccm-apiserver", version)]
+struct Args {
+    /// The address to listen on. The server has no authentication: keep it on loopback.
+    #[arg(long, default_value = "127.0.0.1")]
+    address: std::net::IpAddr,
+
+    /// The port to listen on (0: any free port; the kubeconfig names the one chosen).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+
+    /// Where to write the kubeconfig (plain HTTP, no credentials). Written once the server
+    /// listens, so a script can wait for the file.
+    #[arg(long, default_value = "ccm-apiserver.kubeconfig")]
+    kubeconfig: PathBuf,
+
+    /// A Node to create at startup, as kubelet `--cloud-provider=external` registers it (with the
+    /// `node.cloudprovider.kubernetes.io/uninitialized` taint). Repeat for more.
+    #[arg(long = "node", value_name = "NAME")]
+    nodes: Vec<String>,
+
+    /// Delay every request by this many milliseconds.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    latency_ms: u64,
+
+    /// How often watches that allow bookmarks get a BOOKMARK, in milliseconds.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    bookmark_interval_ms: u64,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    match serve(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            tracing::error!("{message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(args: Args) -> Result<(), String> {
+    let addr = SocketAddr::new(args.address, args.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let server = ApiServer::serve(listener)
+        .await
+        .map_err(|e| format!("cannot serve on {addr}: {e}"))?;
+    server.set_latency(Duration::from_millis(args.latency_ms));
+    server.set_bookmark_interval(Duration::from_millis(args.bookmark_interval_ms));
+
+    let nodes: Api<Node> = Api::all(server.client());
+    for name in &args.nodes {
+        nodes
+            .create(&PostParams::default(), &kubelet_node(name).build())
+            .await
+            .map_err(|e| format!("cannot create Node {name:?}: {e}"))?;
+    }
+
+    // Clients connect to loopback when the server listens on every address.
+    let url = match server.url().parse::<SocketAddr>() {
+        Ok(bound) if bound.ip().is_unspecified() => format!("http://127.0.0.1:{}", bound.port()),
+        _ => server.url(),
+    };
+    write_kubeconfig(&args.kubeconfig, &url)?;
+    tracing::info!(
+        url,
+        kubeconfig = %args.kubeconfig.display(),
+        nodes = args.nodes.len(),
+        "serving; stop with Ctrl-C or SIGTERM"
+    );
+
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    Ok(())
+}
+
+/// Writes the kubeconfig atomically (a temporary file renamed into place), so whoever waits for
+/// the file never reads half of it.
+fn write_kubeconfig(path: &Path, url: &str) -> Result<(), String> {
+    let name = "ccm-apiserver";
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "users": [{"name": name, "user": {}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    });
+    let yaml = serde_norway::to_string(&kubeconfig)
+        .map_err(|e| format!("cannot render the kubeconfig: {e}"))?;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".tmp");
+    let temporary = PathBuf::from(temporary);
+    std::fs::write(&temporary, yaml)
+        .and_then(|()| std::fs::rename(&temporary, path))
+        .map_err(|e| format!("cannot write the kubeconfig {}: {e}", path.display()))
+}
+
+async fn shutdown_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM ({e}); stop with Ctrl-C");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
