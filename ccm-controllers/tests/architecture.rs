@@ -87,8 +87,20 @@ fn crate_paths(code: &str, continued_group: &mut Option<String>) -> Vec<Vec<Stri
     found
 }
 
+/// Imports that break the layering and are known, each with the reason; the list only shrinks.
+/// `ClientFactory` (per-controller clients, merged from main while the layout moved) lives in
+/// the runtime's client module, which reads the options; the context hands it to controllers.
+/// Moving the factory under `machinery/` without its options reader removes this entry.
+const KNOWN_EXCEPTIONS: &[(&str, &str)] = &[("machinery/context.rs", "runtime::client")];
+
 /// Which crate paths a file in `src/<relative>` may name.
 fn allowed(relative: &str, path: &[String]) -> bool {
+    if KNOWN_EXCEPTIONS
+        .iter()
+        .any(|(file, target)| relative == *file && path.join("::") == *target)
+    {
+        return true;
+    }
     let first = path[0].as_str();
     let second = path.get(1).map(String::as_str).unwrap_or_default();
     let top = relative.split('/').next().unwrap_or_default();

@@ -74,9 +74,7 @@ impl RouteTest {
             ..InformerScope::default()
         };
         let controllers = ControllerHarness::builder(&cluster, fake.provider())
-            .controller(route::NAME, move |ctx, _| {
-                route::run(ctx, config.clone())
-            })
+            .controller(route::NAME, move |ctx, _| route::run(ctx, config.clone()))
             .scope(scope)
             // The backoff of `test_config` (both queues).
             .retry_backoff(TEST_BACKOFF)

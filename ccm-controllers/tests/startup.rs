@@ -227,11 +227,9 @@ async fn lifecycle_checks_a_node_existing_at_start_once_per_pass() {
         ..NodeLifecycleConfig::default()
     };
     let running = t
-        .start_controller(
-            fake.provider(),
-            node_lifecycle::NAME,
-            move |ctx| node_lifecycle::run(ctx, config.clone()),
-        )
+        .start_controller(fake.provider(), node_lifecycle::NAME, move |ctx| {
+            node_lifecycle::run(ctx, config.clone())
+        })
         .await;
     let checked = eventually(TIMEOUT, || async {
         fake.call_count("instance_exists") >= 1
