@@ -45,7 +45,7 @@ def kind_of(item):
 
 def list_api(doc):
     index = doc["index"]
-    crate_id = doc["crate_id"]
+    crate_id = index[str(doc["root"])]["crate_id"]
     lines = set()
     seen = set()
 
