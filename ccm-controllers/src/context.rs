@@ -221,7 +221,6 @@ impl ControllerContext {
             strip_node: informer::strip_node,
             events,
             clients: None,
-            event_client: None,
         };
         let ctx = Self::start_scoped(params, scope, &mut tasks);
         (ctx, tasks)

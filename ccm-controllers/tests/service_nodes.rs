@@ -540,7 +540,7 @@ async fn a_trickle_of_joins_costs_each_lb_one_update_per_widening_window() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let (running, probe) = start_probed(&cluster, &ns, &fake, widening(200, 1600));
+    let (running, probe) = start_probed(&cluster, &ns, &fake, widening(200, 1600)).await;
     let keys = lb_services(&cluster, &ns, 10).await;
     let joins: Vec<String> = (0..5).map(|_| cluster.unique_name("join")).collect();
     for (i, n) in joins.iter().enumerate() {
@@ -576,7 +576,7 @@ async fn a_removal_during_a_wide_addition_window_goes_out_at_once() {
     let fake = FakeCloud::default();
     let leaving = cluster.unique_name("leaving");
     create_node(&cluster, &leaving).await;
-    let (running, _probe) = start_probed(&cluster, &ns, &fake, widening(200, 8000));
+    let (running, _probe) = start_probed(&cluster, &ns, &fake, widening(200, 8000)).await;
     let keys = lb_services(&cluster, &ns, 5).await;
     // Joins every 300 ms widen the addition window: 200, 400, 800, 1600, 3200 ms.
     let mut joins = Vec::new();
