@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ccm_core::{
-    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
-    InstancesV2, LoadBalancer, LoadBalancerStatus, Node, NodeAddress, Route, Routes, Service, Zone,
-    Zones,
+    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerStatus,
+    Node, NodeAddress, Route, Routes, Service, Zone, Zones,
 };
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -232,6 +232,7 @@ struct Caps {
     load_balancer: Cap,
     routes: Cap,
     clusters: Cap,
+    instances_batch: Cap,
 }
 
 struct Cap {
@@ -267,6 +268,7 @@ impl BudgetedProvider {
             load_balancer: cap(),
             routes: cap(),
             clusters: cap(),
+            instances_batch: cap(),
         };
         Arc::new(BudgetedProvider {
             inner,
@@ -348,6 +350,12 @@ impl CloudProvider for BudgetedProvider {
         self.inner
             .clusters()
             .map(|_| &self.caps.clusters as &dyn Clusters)
+    }
+
+    fn instances_batch(&self) -> Option<&dyn InstancesBatch> {
+        self.inner
+            .instances_batch()
+            .map(|_| &self.caps.instances_batch as &dyn InstancesBatch)
     }
 }
 
@@ -519,6 +527,28 @@ impl Clusters for Cap {
     }
 }
 
+#[async_trait]
+impl InstancesBatch for Cap {
+    fn max_batch_size(&self) -> usize {
+        // Local and synchronous: no cloud call, so no budget.
+        self.inner
+            .instances_batch()
+            .map_or(1, |b| b.max_batch_size().max(1))
+    }
+    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+        let mut answers = budgeted!(self, instances_batch, describe_instances(nodes))?;
+        // A per-Node Retry is raised to the same floor as a Retry of a whole call.
+        for answer in answers.values_mut() {
+            if let InstanceAnswer::Error(CloudError::Retry { after, .. }) = answer
+                && *after < MIN_RETRY_AFTER
+            {
+                *after = MIN_RETRY_AFTER;
+            }
+        }
+        Ok(answers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -555,5 +585,224 @@ mod tests {
         }
         // 100 calls at 10/s after a burst of 5 need 9.5 s of (virtual) time.
         assert!(times[99] >= Duration::from_millis(9_500), "{:?}", times[99]);
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A provider with `InstancesV2` and `InstancesBatch`; its batch call answers what `answer`
+    /// says after `delay`.
+    struct Batching {
+        max: usize,
+        delay: Duration,
+        calls: AtomicUsize,
+        answer: fn(&[Arc<Node>]) -> CloudResult<InstanceAnswers>,
+    }
+
+    #[async_trait]
+    impl CloudProvider for Batching {
+        fn provider_name(&self) -> &str {
+            "batching"
+        }
+        fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+            Some(self)
+        }
+        fn instances_batch(&self) -> Option<&dyn InstancesBatch> {
+            Some(self)
+        }
+    }
+
+    #[async_trait]
+    impl InstancesV2 for Batching {
+        async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
+            Ok(true)
+        }
+        async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+            Ok(false)
+        }
+        async fn instance_metadata(&self, _node: &Node) -> CloudResult<InstanceMetadata> {
+            Ok(InstanceMetadata::default())
+        }
+    }
+
+    #[async_trait]
+    impl InstancesBatch for Batching {
+        fn max_batch_size(&self) -> usize {
+            self.max
+        }
+        async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            (self.answer)(nodes)
+        }
+    }
+
+    fn node(name: &str) -> Arc<Node> {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.to_owned());
+        Arc::new(node)
+    }
+
+    fn all_found(nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+        Ok(nodes
+            .iter()
+            .map(|n| {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                let meta = InstanceMetadata {
+                    provider_id: format!("batching://{name}"),
+                    ..Default::default()
+                };
+                (name, InstanceAnswer::Found(meta))
+            })
+            .collect())
+    }
+
+    fn batching(
+        max: usize,
+        delay: Duration,
+        answer: fn(&[Arc<Node>]) -> CloudResult<InstanceAnswers>,
+    ) -> Arc<Batching> {
+        Arc::new(Batching {
+            max,
+            delay,
+            calls: AtomicUsize::new(0),
+            answer,
+        })
+    }
+
+    /// The accessor follows the inner provider, and the declared maximum is passed through
+    /// (raised to 1 when the provider declares 0).
+    #[test]
+    fn offered_only_when_the_provider_offers_it() {
+        struct Plain;
+        impl CloudProvider for Plain {
+            fn provider_name(&self) -> &str {
+                "plain"
+            }
+        }
+        let metrics = MetricsRegistry::new();
+        let plain = BudgetedProvider::new(Arc::new(Plain), &BudgetConfig::default(), &metrics);
+        assert!(plain.instances_batch().is_none());
+
+        let metrics = MetricsRegistry::new();
+        let inner = batching(250, Duration::ZERO, all_found);
+        let budgeted = BudgetedProvider::new(inner, &BudgetConfig::default(), &metrics);
+        assert_eq!(budgeted.instances_batch().unwrap().max_batch_size(), 250);
+
+        let metrics = MetricsRegistry::new();
+        let zero = batching(0, Duration::ZERO, all_found);
+        let budgeted = BudgetedProvider::new(zero, &BudgetConfig::default(), &metrics);
+        assert_eq!(budgeted.instances_batch().unwrap().max_batch_size(), 1);
+    }
+
+    /// One token per call whatever the batch size, metrics under `describe_instances`.
+    #[tokio::test(start_paused = true)]
+    async fn one_token_per_call_and_metrics() {
+        let metrics = MetricsRegistry::new();
+        let inner = batching(100, Duration::ZERO, all_found);
+        let budgeted = BudgetedProvider::new(
+            inner.clone(),
+            &BudgetConfig {
+                rate_limit: Some((1.0, 1)),
+                ..Default::default()
+            },
+            &metrics,
+        );
+        let batch = budgeted.instances_batch().unwrap();
+        let nodes: Vec<Arc<Node>> = (0..100).map(|i| node(&format!("n{i}"))).collect();
+        let start = Instant::now();
+        let first = batch.describe_instances(&nodes).await.unwrap();
+        assert_eq!(first.len(), 100);
+        assert_eq!(first["n7"].metadata().unwrap().provider_id, "batching://n7");
+        // The burst of one token is spent: the second call waits one second at 1 qps, not 100.
+        batch.describe_instances(&nodes).await.unwrap();
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(999) && waited < Duration::from_secs(2),
+            "{waited:?}"
+        );
+        assert_eq!(inner.calls.load(Ordering::SeqCst), 2);
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(
+                "cloud_provider_requests_total{operation=\"describe_instances\",result=\"success\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "cloud_provider_request_duration_seconds_count{operation=\"describe_instances\"} 2"
+        ));
+    }
+
+    /// The per-call timeout applies; a Retry of the whole call, and of one Node, is raised to
+    /// the floor.
+    #[tokio::test(start_paused = true)]
+    async fn timeout_and_retry() {
+        let metrics = MetricsRegistry::new();
+        let slow = batching(10, Duration::from_secs(600), all_found);
+        let budgeted = BudgetedProvider::new(
+            slow,
+            &BudgetConfig {
+                timeout: Some(Duration::from_secs(30)),
+                ..Default::default()
+            },
+            &metrics,
+        );
+        let err = budgeted
+            .instances_batch()
+            .unwrap()
+            .describe_instances(&[node("a")])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cloud call describe_instances timed out after 30s (--cloud-api-timeout)"
+        );
+        assert_eq!(budgeted.in_flight(), 0);
+
+        let metrics = MetricsRegistry::new();
+        let throttled = batching(10, Duration::ZERO, |_| {
+            Err(CloudError::retry(Duration::ZERO, "429"))
+        });
+        let budgeted = BudgetedProvider::new(throttled, &BudgetConfig::default(), &metrics);
+        let err = budgeted
+            .instances_batch()
+            .unwrap()
+            .describe_instances(&[node("a")])
+            .await
+            .unwrap_err();
+        assert_eq!(err.retry_after(), Some(MIN_RETRY_AFTER));
+        assert!(metrics.encode().unwrap().contains(
+            "cloud_provider_requests_total{operation=\"describe_instances\",result=\"retry\"} 1"
+        ));
+
+        let metrics = MetricsRegistry::new();
+        let one_throttled = batching(10, Duration::ZERO, |nodes| {
+            let mut answers = all_found(nodes)?;
+            answers.insert(
+                "a".into(),
+                InstanceAnswer::Error(CloudError::retry(Duration::from_millis(10), "busy")),
+            );
+            answers.insert(
+                "b".into(),
+                InstanceAnswer::Error(CloudError::retry(Duration::from_secs(5), "busy")),
+            );
+            Ok(answers)
+        });
+        let budgeted = BudgetedProvider::new(one_throttled, &BudgetConfig::default(), &metrics);
+        let answers = budgeted
+            .instances_batch()
+            .unwrap()
+            .describe_instances(&[node("a"), node("b"), node("c")])
+            .await
+            .unwrap();
+        let after = |name: &str| answers[name].error().and_then(CloudError::retry_after);
+        assert_eq!(after("a"), Some(MIN_RETRY_AFTER));
+        assert_eq!(after("b"), Some(Duration::from_secs(5)));
+        assert_eq!(answers["c"].exists(), Some(true));
     }
 }

@@ -17,7 +17,8 @@
 //! - [`CloudProvider`] is the entry point: a name, and one method per optional capability,
 //!   each defaulting to `None` (unsupported).
 //! - Capabilities: [`InstancesV2`] (preferred) or the legacy [`Instances`] + [`Zones`] for the
-//!   node controllers; [`LoadBalancer`] for `type: LoadBalancer` Services; [`Routes`] for
+//!   node controllers, with the optional [`InstancesBatch`] (many Nodes per cloud call);
+//!   [`LoadBalancer`] for `type: LoadBalancer` Services; [`Routes`] for
 //!   pod-CIDR routes; [`Clusters`] (never called by the framework).
 //! - Each method's documentation states its contract: what "not found" means, whether it must
 //!   be idempotent, and what the framework does with each answer.
@@ -181,14 +182,16 @@ pub use helpers::{
     load_balancer_source_ranges, needs_health_check, requests_only_local_traffic,
 };
 pub use provider::{
-    CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesV2, LoadBalancer,
-    Routes, Zones,
+    CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesBatch, InstancesV2,
+    LoadBalancer, Routes, Zones,
 };
 pub use registry::{
     CloudConfigError, ProviderFactory, ProviderRegistration, RegistryError, build_provider,
     is_registered, parse_cloud_config, registered_providers,
 };
-pub use types::{InstanceMetadata, ProviderId, ProviderIdError, Route, Zone};
+pub use types::{
+    InstanceAnswer, InstanceAnswers, InstanceMetadata, ProviderId, ProviderIdError, Route, Zone,
+};
 
 /// Re-exported so providers implement the traits with the same macro version the traits use.
 pub use async_trait::async_trait;

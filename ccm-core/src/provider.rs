@@ -11,8 +11,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+#[cfg(doc)]
+use crate::InstanceAnswer;
 use crate::{
-    CloudError, InstanceMetadata, LoadBalancerStatus, Node, NodeAddress, Route, Service, Zone,
+    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerStatus, Node, NodeAddress, Route,
+    Service, Zone,
 };
 
 /// The result of every provider method.
@@ -100,6 +103,9 @@ impl InitContext {
 ///   are offered, and then [`zones`](CloudProvider::zones) is never called.
 /// - `load_balancer` `None` means the service controller is not started.
 /// - `routes` `None` means the route controller is not started.
+/// - `instances_batch` is optional and used only together with `instances_v2`: where it helps
+///   (many Nodes to look up at once), the framework asks it instead of one `instances_v2` call
+///   per Node, and falls back to per-Node calls when it is `None`.
 /// - `clusters` is never called by a framework controller.
 #[async_trait]
 pub trait CloudProvider: Send + Sync + 'static {
@@ -124,6 +130,13 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// The instance capability (preferred): one call per node initialisation.
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        None
+    }
+
+    /// The optional batch instance capability: many Nodes in one cloud call. Used only when
+    /// [`CloudProvider::instances_v2`] is offered too (for the Nodes a batch leaves unknown, the
+    /// framework may fall back to per-Node `instances_v2` calls). Defaults to `None`.
+    fn instances_batch(&self) -> Option<&dyn InstancesBatch> {
         None
     }
 
@@ -189,6 +202,104 @@ pub trait InstancesV2: Send + Sync {
     /// Node tainted and retries with backoff ([`CloudError::Retry`] sets the delay). The provider
     /// ID must be stable; it may be empty only if the Node already has one.
     async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata>;
+}
+
+/// Batched instance lookups: existence, shutdown state and metadata of many Nodes in one cloud
+/// call (an extension of Go's `InstancesV2`, which has no batch form).
+///
+/// Go's `InstancesV2` asks one question about one Node per call (`InstanceExists`,
+/// `InstanceShutdown`, `InstanceMetadata`), so initialising N Nodes costs N calls, and a cloud
+/// that allows 20 describe calls per second needs N / 20 seconds whatever the CCM's speed.
+/// Real clouds answer many instances per call (describe by a list of IDs, list with a filter);
+/// this capability lets the framework use that. It is optional: offer it from
+/// [`CloudProvider::instances_batch`] when your cloud has such a call, alongside
+/// [`InstancesV2`] (which stays required: the framework still uses single calls where a batch
+/// does not help or a Node's batch answer is unknown).
+///
+/// # The contract
+///
+/// One call, [`describe_instances`](InstancesBatch::describe_instances), answers for every Node
+/// given, each with an [`InstanceAnswer`]. The answers must agree with the single
+/// [`InstancesV2`] calls made at the same moment (the conformance suite checks it):
+///
+/// - [`InstanceAnswer::Found`] / [`InstanceAnswer::Shutdown`]: exists, running or shut down,
+///   with the metadata `instance_metadata` would return (same stable provider ID);
+/// - [`InstanceAnswer::NotFound`]: gone for good, as `instance_exists` answering `Ok(false)`;
+///   the node-lifecycle controller deletes the Node with the same rules (and grace period) as
+///   for the single call. Answer it only when the cloud *said* the instance does not exist;
+/// - [`InstanceAnswer::Error`]: unknown for this Node (e.g. the cloud could not describe this
+///   one instance). The Node is left alone and asked again later; a
+///   [`CloudError::Retry`] here delays only this Node.
+///
+/// **A Node missing from the answer is unknown, never gone.** A requested Node whose name has no
+/// entry in the returned map is treated exactly as [`InstanceAnswer::Error`]: it is never
+/// deleted, never tainted, never initialised from the batch; the framework asks about it again
+/// (in a later batch or with a single `InstancesV2` call). So a provider whose cloud pages its
+/// answers or drops unknown IDs silently must translate "not in the page" into nothing (missing)
+/// and only an explicit "does not exist" into `NotFound`.
+///
+/// **Errors of the whole call** say nothing about any Node: the whole batch is retried, no Node
+/// is deleted or changed. [`CloudError::Retry`] (the cloud's 429 + Retry-After) delays the
+/// **whole batch** by its `after` (every Node in it waits, none is asked alone in the meantime,
+/// which would only spend more quota); other errors retry the batch's Nodes with backoff.
+/// [`CloudError::NotImplemented`] from the whole call makes the framework use single calls.
+///
+/// **Batch size**: the framework never passes more than
+/// [`max_batch_size`](InstancesBatch::max_batch_size) Nodes in one call (it splits larger sets
+/// into several calls), never the same Node twice, and never an empty slice.
+///
+/// **Keys**: answers are keyed by the Node's `metadata.name`. Identify each instance as
+/// `instance_metadata` does: by `spec.providerID` when set, else by the name (or labels).
+///
+/// Like every provider call, one batch call costs one token of the framework's cloud-call
+/// budget (`--cloud-api-qps`) and is subject to `--cloud-api-timeout`; its metrics operation
+/// label is `describe_instances`.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use ccm_core::async_trait;
+/// use ccm_core::{CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, InstancesBatch, Node};
+///
+/// /// A cloud whose describe call takes up to 100 IDs.
+/// struct Acme;
+///
+/// #[async_trait]
+/// impl InstancesBatch for Acme {
+///     fn max_batch_size(&self) -> usize {
+///         100
+///     }
+///     async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+///         // A real provider sends one describe request for all `nodes` here, then maps each
+///         // instance in the reply back to its Node. Instances the cloud explicitly reports as
+///         // terminated become `NotFound`; IDs absent from the reply are left out (unknown).
+///         let mut answers = InstanceAnswers::new();
+///         for node in nodes {
+///             let name = node.metadata.name.clone().unwrap_or_default();
+///             let metadata = InstanceMetadata {
+///                 provider_id: format!("acme://{name}"),
+///                 ..Default::default()
+///             };
+///             answers.insert(name, InstanceAnswer::Found(metadata));
+///         }
+///         Ok(answers)
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait InstancesBatch: Send + Sync {
+    /// The most Nodes one [`describe_instances`](InstancesBatch::describe_instances) call
+    /// accepts (provider-declared, e.g. the page or filter limit of the cloud's describe call).
+    /// The framework never exceeds it; `0` is treated as `1`.
+    fn max_batch_size(&self) -> usize;
+
+    /// Existence, shutdown state and metadata of every Node in `nodes`, in one cloud call.
+    ///
+    /// See the [trait documentation](InstancesBatch) for the meaning of each answer, the rule
+    /// for Nodes missing from the answer (unknown, never gone), and what an error of the whole
+    /// call does. `nodes` holds 1 to [`max_batch_size`](InstancesBatch::max_batch_size)
+    /// distinct Nodes: the framework's cached Nodes, shared rather than copied.
+    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers>;
 }
 
 /// Legacy instance lookups keyed by node name or provider ID (Go's v1 `Instances`).

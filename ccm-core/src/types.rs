@@ -35,6 +35,95 @@ pub struct InstanceMetadata {
     pub additional_labels: BTreeMap<String, String>,
 }
 
+/// One Node's answer in a batch lookup
+/// ([`InstancesBatch::describe_instances`](crate::InstancesBatch::describe_instances)).
+///
+/// Each variant says what the three [`InstancesV2`](crate::InstancesV2) calls would have
+/// answered for that Node, so the framework treats it exactly like those answers:
+///
+/// | variant | `instance_exists` | `instance_shutdown` | `instance_metadata` |
+/// |---|---|---|---|
+/// | [`Found`](InstanceAnswer::Found) | `Ok(true)` | `Ok(false)` | `Ok(metadata)` |
+/// | [`Shutdown`](InstanceAnswer::Shutdown) | `Ok(true)` | `Ok(true)` | `Ok(metadata)` |
+/// | [`NotFound`](InstanceAnswer::NotFound) | `Ok(false)` | (not asked) | an error |
+/// | [`Error`](InstanceAnswer::Error) | `Err(e)` | `Err(e)` | `Err(e)` |
+///
+/// ```
+/// use ccm_core::{CloudError, InstanceAnswer, InstanceMetadata};
+///
+/// let found = InstanceAnswer::Found(InstanceMetadata::default());
+/// assert_eq!(found.exists(), Some(true));
+/// assert_eq!(found.is_shutdown(), Some(false));
+/// assert_eq!(InstanceAnswer::NotFound.exists(), Some(false));
+/// // An error is "unknown", never "gone".
+/// assert_eq!(InstanceAnswer::Error(CloudError::msg("throttled")).exists(), None);
+/// ```
+#[derive(Debug)]
+pub enum InstanceAnswer {
+    /// The instance exists and is running; its metadata as
+    /// [`InstancesV2::instance_metadata`](crate::InstancesV2::instance_metadata) would answer.
+    Found(InstanceMetadata),
+    /// The instance exists but is shut down (stopped); its metadata. The node-lifecycle
+    /// controller adds the shutdown taint, as for `instance_shutdown` answering `Ok(true)`.
+    Shutdown(InstanceMetadata),
+    /// The instance is gone for good, as `instance_exists` answering `Ok(false)`: the
+    /// node-lifecycle controller deletes the Node (with the same grace period). Only a provider
+    /// that *knows* the instance is gone may answer this; never for an authorisation, network
+    /// or rate-limit failure.
+    NotFound,
+    /// Nothing is known about this Node: the error a single call would have returned. The Node
+    /// is left alone and looked up again later (a [`CloudError::Retry`](crate::CloudError::Retry)
+    /// here delays only this Node). Never deletes a Node.
+    Error(crate::CloudError),
+}
+
+impl InstanceAnswer {
+    /// Whether the instance exists: `Some(true)` for `Found` and `Shutdown`, `Some(false)` for
+    /// `NotFound`, `None` (unknown) for `Error`.
+    pub fn exists(&self) -> Option<bool> {
+        match self {
+            InstanceAnswer::Found(_) | InstanceAnswer::Shutdown(_) => Some(true),
+            InstanceAnswer::NotFound => Some(false),
+            InstanceAnswer::Error(_) => None,
+        }
+    }
+
+    /// Whether the instance is shut down: `Some(true)` for `Shutdown`, `Some(false)` for
+    /// `Found` and `NotFound`, `None` (unknown) for `Error`.
+    pub fn is_shutdown(&self) -> Option<bool> {
+        match self {
+            InstanceAnswer::Shutdown(_) => Some(true),
+            InstanceAnswer::Found(_) | InstanceAnswer::NotFound => Some(false),
+            InstanceAnswer::Error(_) => None,
+        }
+    }
+
+    /// The metadata of an existing instance (`Found` or `Shutdown`).
+    pub fn metadata(&self) -> Option<&InstanceMetadata> {
+        match self {
+            InstanceAnswer::Found(m) | InstanceAnswer::Shutdown(m) => Some(m),
+            InstanceAnswer::NotFound | InstanceAnswer::Error(_) => None,
+        }
+    }
+
+    /// The error of an `Error` answer.
+    pub fn error(&self) -> Option<&crate::CloudError> {
+        match self {
+            InstanceAnswer::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The answer of one batch call ([`InstancesBatch::describe_instances`]): one
+/// [`InstanceAnswer`] per Node, keyed by the Node's name (`metadata.name`).
+///
+/// A requested Node without an entry is **unknown** (as [`InstanceAnswer::Error`]), never
+/// gone; entries for names that were not requested are ignored.
+///
+/// [`InstancesBatch::describe_instances`]: crate::InstancesBatch::describe_instances
+pub type InstanceAnswers = BTreeMap<String, InstanceAnswer>;
+
 /// A failure domain, as returned by the deprecated [`Zones`](crate::Zones) capability.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Zone {
@@ -186,6 +275,46 @@ impl fmt::Display for ProviderId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn instance_answer_maps_to_the_single_calls() {
+        let meta = InstanceMetadata {
+            provider_id: "acme://vm-1".into(),
+            ..Default::default()
+        };
+        let found = InstanceAnswer::Found(meta.clone());
+        let shutdown = InstanceAnswer::Shutdown(meta.clone());
+        let gone = InstanceAnswer::NotFound;
+        let unknown = InstanceAnswer::Error(crate::CloudError::retry(
+            std::time::Duration::from_secs(2),
+            "429",
+        ));
+        assert_eq!(
+            (found.exists(), found.is_shutdown(), found.metadata()),
+            (Some(true), Some(false), Some(&meta))
+        );
+        assert_eq!(
+            (
+                shutdown.exists(),
+                shutdown.is_shutdown(),
+                shutdown.metadata()
+            ),
+            (Some(true), Some(true), Some(&meta))
+        );
+        assert_eq!(
+            (gone.exists(), gone.is_shutdown(), gone.metadata()),
+            (Some(false), Some(false), None)
+        );
+        assert_eq!(
+            (unknown.exists(), unknown.is_shutdown(), unknown.metadata()),
+            (None, None, None)
+        );
+        assert!(found.error().is_none());
+        assert_eq!(
+            unknown.error().and_then(crate::CloudError::retry_after),
+            Some(std::time::Duration::from_secs(2))
+        );
+    }
 
     #[test]
     fn parses_and_formats() {

@@ -95,6 +95,7 @@ async fn fake_cloud_passes_every_check() {
     // on make every check applicable.
     let cloud = fake()
         .legacy_instances(true)
+        .instances_batch(true)
         .latency(Duration::from_millis(2))
         .build();
     let report = Suite::new(cloud.provider(), input(&cloud)).run().await;
@@ -113,6 +114,7 @@ async fn fake_cloud_passes_every_check() {
         "instance_metadata",
         "instance_exists",
         "instance_shutdown",
+        "describe_instances",
         "instance_id",
         "instance_exists_by_provider_id",
         "instance_shutdown_by_provider_id",
@@ -140,14 +142,17 @@ async fn fake_cloud_passes_on_a_multi_threaded_runtime_with_default_capabilities
     let cloud = fake().build();
     let report = Suite::new(cloud.provider(), input(&cloud)).run().await;
     assert!(report.is_success(), "{report}");
-    // v1 and Zones are off by default: their checks are skipped with the reason.
+    // v1, Zones and batches are off by default: their checks are skipped with the reason.
     let skipped: BTreeSet<Check> = report.skipped().map(|r| r.check).collect();
     assert_eq!(
         skipped,
         BTreeSet::from([
             Check::ZonesNonEmpty,
             Check::LegacyV1ConsistentWithV2,
-            Check::LegacyInstanceIdNotFoundForUnknown
+            Check::LegacyInstanceIdNotFoundForUnknown,
+            Check::BatchAgreesWithSingleCalls,
+            Check::BatchSameAnswerWhateverTheGrouping,
+            Check::BatchMaxSizeHonoured,
         ])
     );
     let zones = report.get(Check::ZonesNonEmpty).unwrap();
@@ -180,7 +185,8 @@ async fn checks_can_be_skipped_and_run_one_by_one() {
     assert_eq!(ops, BTreeSet::from(["instance_exists".to_owned()]));
 
     let report = suite.run().await;
-    assert_eq!(report.skipped().count(), 2 + 3, "{report}");
+    // Two by the caller, three legacy ones and three batch ones by capability.
+    assert_eq!(report.skipped().count(), 2 + 3 + 3, "{report}");
     assert!(
         Check::ALL
             .iter()
@@ -732,6 +738,10 @@ fn every_check_has_a_broken_provider() {
         Check::RoutesDualStackSameNameHintBothKept,
         Check::CancellationLeavesConsistentState,
         Check::ConcurrentCallsAreSafe,
+        // Their broken batches are in tests/conformance_batch.rs.
+        Check::BatchAgreesWithSingleCalls,
+        Check::BatchSameAnswerWhateverTheGrouping,
+        Check::BatchMaxSizeHonoured,
     ];
     assert_eq!(
         covered.iter().collect::<BTreeSet<_>>(),

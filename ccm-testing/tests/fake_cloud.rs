@@ -423,7 +423,8 @@ async fn load_balancer_lifecycle_remembers_hosts_and_ports() {
     let status = lb.ensure_load_balancer("c1", &svc, &hosts).await.unwrap();
     let ingress = status.ingress.clone().unwrap();
     assert_eq!(ingress.len(), 1);
-    assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.10"));
+    // The first load balancer gets the lowest address of the default range.
+    assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.1"));
     assert_eq!(ingress[0].hostname, None);
 
     let state = cloud.load_balancers();
@@ -597,6 +598,7 @@ fn capability_defaults_and_switches() {
             load_balancer: true,
             routes: false,
             clusters: false,
+            instances_batch: false,
         })
         .build();
     assert!(cloud.instances().is_some() && cloud.zones().is_none());

@@ -24,8 +24,9 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// Annotation that makes [`Probe`] answer `ImplementedElsewhere` from ensure/update.
 pub const IMPLEMENTED_ELSEWHERE: &str = "test.ccm-rs.io/implemented-elsewhere";
 
-/// The ingress IP FakeCloud hands out.
-pub const LB_IP: &str = "203.0.113.10";
+/// The range FakeCloud hands ingress IPs out of (its default `lb_ip_range`), one per load
+/// balancer.
+pub const LB_IP_PREFIX: &str = "203.0.113.";
 
 /// One call seen by the [`Probe`].
 #[derive(Clone, Debug)]
@@ -399,7 +400,7 @@ pub fn ingress_ips(service: &Service) -> Vec<String> {
 }
 
 pub fn has_ingress(service: &Service) -> bool {
-    ingress_ips(service) == [LB_IP]
+    matches!(ingress_ips(service).as_slice(), [ip] if ip.starts_with(LB_IP_PREFIX))
 }
 
 /// FakeCloud's load balancers of namespace `ns`.

@@ -16,6 +16,10 @@ use tokio::time::Instant;
 
 use super::{Check, Suite, guarded, panic_message};
 
+// The batch checks live in their own file, a child of this module to share its helpers.
+#[path = "batch.rs"]
+mod batch;
+
 /// Why a check stopped before its end.
 pub(super) enum Stop {
     Failed { expected: String, observed: String },
@@ -470,6 +474,11 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
         Check::RoutesDualStackSameNameHintBothKept => routes_dual_stack(ctx).await,
         Check::CancellationLeavesConsistentState => cancellation(ctx).await,
         Check::ConcurrentCallsAreSafe => concurrency(ctx).await,
+        Check::BatchAgreesWithSingleCalls => batch::agrees_with_single_calls(ctx).await,
+        Check::BatchSameAnswerWhateverTheGrouping => {
+            batch::same_answer_whatever_the_grouping(ctx).await
+        }
+        Check::BatchMaxSizeHonoured => batch::max_size_honoured(ctx).await,
     }
 }
 

@@ -371,6 +371,30 @@ pub enum Check {
     /// Why: the framework runs several workers per controller (`--concurrent-service-syncs`,
     /// node workers) against one provider; §1 methods are called from many goroutines in Go.
     ConcurrentCallsAreSafe,
+    /// When the provider offers `InstancesBatch` (with `InstancesV2`), `describe_instances` of
+    /// every Node of the input answers what the single calls answer: `NotFound` exactly when
+    /// `instance_exists` is false, `Shutdown`/`Found` as `instance_shutdown` says, and the
+    /// metadata `instance_metadata` returns; never `NotFound` (or `Shutdown`) for a running
+    /// Node, never `Found` for the missing one. A Node left out of the answer or answered
+    /// `Error` is unknown, which the contract allows (noted in the result).
+    ///
+    /// Why: a batch answer replaces the three `InstancesV2` calls (§1.4) for many Nodes at
+    /// once; `NotFound` deletes the Node like `InstanceExists` answering `false,nil`, so a
+    /// batch that confuses "not in this page" with "gone" deletes live Nodes.
+    BatchAgreesWithSingleCalls,
+    /// `describe_instances` answers each Node the same whether it is asked with the others, in
+    /// reverse order, or alone (known answers only; an unknown answer may differ).
+    ///
+    /// Why: the framework groups Nodes as they arrive (initialisation bursts, refresh
+    /// periods); a provider that maps replies back to Nodes by position instead of by ID gives
+    /// one Node's metadata (provider ID, addresses) to another.
+    BatchSameAnswerWhateverTheGrouping,
+    /// `max_batch_size()` is at least 1, and a batch of that many Nodes (as many as the input
+    /// has, up to it) is answered without failing.
+    ///
+    /// Why: the framework splits lookups into batches of the declared size; a provider that
+    /// declares more than its cloud accepts fails every full batch.
+    BatchMaxSizeHonoured,
 }
 
 impl Check {
@@ -394,6 +418,9 @@ impl Check {
         Check::RoutesDualStackSameNameHintBothKept,
         Check::CancellationLeavesConsistentState,
         Check::ConcurrentCallsAreSafe,
+        Check::BatchAgreesWithSingleCalls,
+        Check::BatchSameAnswerWhateverTheGrouping,
+        Check::BatchMaxSizeHonoured,
     ];
 
     /// The check's snake_case name, as shown in the report.
@@ -427,6 +454,9 @@ impl Check {
             Check::LegacyInstanceIdNotFoundForUnknown => "legacy_instance_id_not_found_for_unknown",
             Check::CancellationLeavesConsistentState => "cancellation_leaves_consistent_state",
             Check::ConcurrentCallsAreSafe => "concurrent_calls_are_safe",
+            Check::BatchAgreesWithSingleCalls => "batch_agrees_with_single_calls",
+            Check::BatchSameAnswerWhateverTheGrouping => "batch_same_answer_whatever_the_grouping",
+            Check::BatchMaxSizeHonoured => "batch_max_size_honoured",
         }
     }
 

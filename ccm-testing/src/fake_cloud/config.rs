@@ -2,8 +2,10 @@
 //! `--cloud-config` and the faults that can be injected.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
+use ccm_core::NodeAddress;
 use serde::{Deserialize, Serialize};
 
 /// Every operation name [`FakeCloud`](super::FakeCloud) counts, logs and accepts faults and
@@ -13,6 +15,8 @@ pub const OPERATIONS: &[&str] = &[
     "instance_exists",
     "instance_shutdown",
     "instance_metadata",
+    // InstancesBatch
+    "describe_instances",
     // Instances (v1)
     "node_addresses",
     "node_addresses_by_provider_id",
@@ -74,15 +78,23 @@ pub struct FakeCloudConfig {
     pub external_ip: bool,
     /// Extra labels reported in every instance's metadata (default none).
     pub additional_labels: BTreeMap<String, String>,
+    /// Chosen answers per Node, keyed by node name; each field set overrides the default for
+    /// that Node (and `exists`/`shutdown` override `missing_nodes`/`shutdown_nodes`).
+    pub nodes: BTreeMap<String, NodeAnswer>,
     /// Regular expressions matched against the whole node name: matching instances do not
     /// exist (`instance_exists` answers `Ok(false)`, lookups answer `InstanceNotFound`).
     pub missing_nodes: Vec<String>,
     /// Regular expressions matched against the whole node name: matching instances exist but
     /// are shut down. `missing_nodes` wins when both match.
     pub shutdown_nodes: Vec<String>,
-    /// The ingress IP of every load balancer (default `203.0.113.10`); ignored when
-    /// `lb_hostname` is set.
-    pub lb_ip: String,
+    /// When set, every load balancer reports this one ingress IP (the behaviour before
+    /// `lb_ip_range`); ignored when `lb_hostname` is set. Default unset.
+    pub lb_ip: Option<String>,
+    /// The range each load balancer gets its own ingress IP from (default `203.0.113.0/24`,
+    /// TEST-NET-3 of RFC 5737): the lowest free address (not the network or broadcast
+    /// address of an IPv4 range), kept while the load balancer exists, freed when it is
+    /// deleted. An `ensure_load_balancer` that finds the range exhausted fails.
+    pub lb_ip_range: String,
     /// When set, load balancers report this ingress hostname instead of an IP.
     pub lb_hostname: Option<String>,
     /// When true, `list_routes` sets `enable_node_addresses` on every route, so the route
@@ -92,6 +104,14 @@ pub struct FakeCloudConfig {
     pub clusters: Vec<String>,
     /// Which capabilities the provider offers.
     pub capabilities: Capabilities,
+    /// The most Nodes one `describe_instances` call accepts (default 100); a larger batch fails.
+    pub max_batch_size: usize,
+    /// The cloud's API quota: calls per second, overall and per operation. Default none.
+    pub quota: QuotaConfig,
+    /// When set, the load balancers and routes are kept in this file (JSON), read at start and
+    /// rewritten atomically after every change, so the cloud outlives the process. Default
+    /// unset (in memory only).
+    pub state_file: Option<PathBuf>,
     /// Faults armed at start, keyed by operation name ([`OPERATIONS`]).
     pub faults: BTreeMap<String, Vec<Fault>>,
 }
@@ -107,12 +127,17 @@ impl Default for FakeCloudConfig {
             external_ip: false,
             additional_labels: BTreeMap::new(),
             missing_nodes: Vec::new(),
+            nodes: BTreeMap::new(),
             shutdown_nodes: Vec::new(),
-            lb_ip: "203.0.113.10".into(),
+            lb_ip: None,
+            lb_ip_range: "203.0.113.0/24".into(),
             lb_hostname: None,
             track_node_addresses: false,
             clusters: vec!["kubernetes".into()],
             capabilities: Capabilities::default(),
+            max_batch_size: 100,
+            quota: QuotaConfig::default(),
+            state_file: None,
             faults: BTreeMap::new(),
         }
     }
@@ -135,6 +160,9 @@ pub struct Capabilities {
     pub routes: bool,
     /// [`Clusters`](ccm_core::Clusters) (default true).
     pub clusters: bool,
+    /// [`InstancesBatch`](ccm_core::InstancesBatch) (default false, so a test or benchmark
+    /// chooses per-Node or batched lookups explicitly).
+    pub instances_batch: bool,
 }
 
 impl Default for Capabilities {
@@ -146,8 +174,65 @@ impl Default for Capabilities {
             load_balancer: true,
             routes: true,
             clusters: true,
+            instances_batch: false,
         }
     }
+}
+
+/// The chosen answers for one Node (`nodes:` in the config, [`FakeCloudBuilder::node`]).
+/// Every field is optional; an unset one keeps the default answer.
+///
+/// [`FakeCloudBuilder::node`]: super::FakeCloudBuilder::node
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeAnswer {
+    /// The provider ID (default `fake://<node-name>`). Lookups by this provider ID find the
+    /// Node, and so do Nodes whose `spec.providerID` is it.
+    pub provider_id: Option<String>,
+    /// The addresses, replacing the derived InternalIP / ExternalIP / Hostname.
+    pub addresses: Option<Vec<NodeAddress>>,
+    /// The instance type.
+    pub instance_type: Option<String>,
+    /// The zone.
+    pub zone: Option<String>,
+    /// The region.
+    pub region: Option<String>,
+    /// The extra labels, replacing `additional_labels`.
+    pub additional_labels: Option<BTreeMap<String, String>>,
+    /// Whether the instance exists (overrides `missing_nodes`).
+    pub exists: Option<bool>,
+    /// Whether the instance is shut down (overrides `shutdown_nodes`; ignored when it does not
+    /// exist).
+    pub shutdown: Option<bool>,
+    /// When set, every lookup of this Node fails with this message
+    /// ([`CloudError::Other`](ccm_core::CloudError::Other)); a batch answers
+    /// [`InstanceAnswer::Error`](ccm_core::InstanceAnswer::Error) for it.
+    pub error: Option<String>,
+}
+
+/// A cloud API quota (`quota:` in the config): token buckets of `per_second` calls refilling up
+/// to `burst`, one overall and one per operation. A call needs a token from each bucket that
+/// applies; without one it is rejected at once with
+/// [`CloudError::Retry`](ccm_core::CloudError::Retry) whose `after` is the time until the
+/// token frees (a real cloud's 429 + Retry-After), takes no token, and changes nothing.
+/// `initialize` is never limited.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaConfig {
+    /// The limit on all calls together.
+    pub overall: Option<Rate>,
+    /// Limits per operation ([`OPERATIONS`]).
+    pub operations: BTreeMap<String, Rate>,
+}
+
+/// A token-bucket rate: `per_second` tokens per second, at most `burst` saved.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rate {
+    /// Tokens added per second (> 0).
+    pub per_second: f64,
+    /// The most tokens saved up (>= 1); the bucket starts full.
+    pub burst: u32,
 }
 
 /// A fault injected into one operation of a [`FakeCloud`](super::FakeCloud).
@@ -342,6 +427,38 @@ pub enum FakeCloudConfigError {
     /// `lb_ip` is not an IP address.
     #[error("fake cloud config: lb_ip {0:?} is not an IP address")]
     InvalidLbIp(String),
+    /// `lb_ip_range` is not a CIDR.
+    #[error("fake cloud config: lb_ip_range {0:?} is not a CIDR (e.g. 203.0.113.0/24)")]
+    InvalidLbIpRange(String),
+    /// A quota rate is not usable.
+    #[error(
+        "fake cloud config: quota {scope} has per_second = {per_second}, burst = {burst}; expected per_second > 0 and burst >= 1"
+    )]
+    InvalidQuota {
+        /// `overall` or the operation name.
+        scope: String,
+        /// The rate given.
+        per_second: f64,
+        /// The burst given.
+        burst: u32,
+    },
+    /// A `nodes` entry has a provider ID that is not `<provider>://<id>`, or one another Node
+    /// has too.
+    #[error("fake cloud config: nodes.{node}.provider_id {provider_id:?}: {reason}")]
+    InvalidNodeProviderId {
+        /// The node name.
+        node: String,
+        /// The provider ID given.
+        provider_id: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The `state_file` exists but cannot be read.
+    #[error("{0}")]
+    StateFile(String),
+    /// `max_batch_size` is 0.
+    #[error("fake cloud config: max_batch_size must be at least 1")]
+    InvalidMaxBatchSize,
     /// A `fail_with_probability` fault has `p` outside 0.0..=1.0.
     #[error(
         "fake cloud config: fail_with_probability on {operation:?} has p = {p}, expected 0.0 to 1.0"
@@ -398,8 +515,55 @@ impl FakeCloudConfig {
                 }
             }
         }
-        if self.lb_ip.parse::<std::net::IpAddr>().is_err() {
-            return Err(FakeCloudConfigError::InvalidLbIp(self.lb_ip.clone()));
+        if let Some(ip) = &self.lb_ip
+            && ip.parse::<std::net::IpAddr>().is_err()
+        {
+            return Err(FakeCloudConfigError::InvalidLbIp(ip.clone()));
+        }
+        if self.lb_ip_range.parse::<ipnet::IpNet>().is_err() {
+            return Err(FakeCloudConfigError::InvalidLbIpRange(
+                self.lb_ip_range.clone(),
+            ));
+        }
+        if self.max_batch_size == 0 {
+            return Err(FakeCloudConfigError::InvalidMaxBatchSize);
+        }
+        let rates = self
+            .quota
+            .overall
+            .iter()
+            .map(|r| ("overall".to_owned(), r))
+            .chain(self.quota.operations.iter().map(|(op, r)| (op.clone(), r)));
+        for (scope, rate) in rates {
+            if scope != "overall" && !is_operation(&scope) {
+                return Err(FakeCloudConfigError::UnknownOperation {
+                    field: "quota.operations",
+                    operation: scope,
+                });
+            }
+            if !(rate.per_second.is_finite() && rate.per_second > 0.0) || rate.burst == 0 {
+                return Err(FakeCloudConfigError::InvalidQuota {
+                    scope,
+                    per_second: rate.per_second,
+                    burst: rate.burst,
+                });
+            }
+        }
+        let mut seen = BTreeMap::new();
+        for (node, answer) in &self.nodes {
+            let Some(pid) = &answer.provider_id else {
+                continue;
+            };
+            let invalid = |reason: String| FakeCloudConfigError::InvalidNodeProviderId {
+                node: node.clone(),
+                provider_id: pid.clone(),
+                reason,
+            };
+            pid.parse::<ccm_core::ProviderId>()
+                .map_err(|e| invalid(e.to_string()))?;
+            if let Some(other) = seen.insert(pid.clone(), node.clone()) {
+                return Err(invalid(format!("node {other:?} has it too")));
+            }
         }
         Ok(())
     }

@@ -19,10 +19,18 @@
 //!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
 //!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
 //!   [`CloudError::InstanceNotFound`]. Nodes matching
-//!   `shutdown_nodes` exist and are shut down.
+//!   `shutdown_nodes` exist and are shut down. Chosen answers per Node (`nodes:`,
+//!   [`FakeCloudBuilder::node`], [`FakeCloud::set_node`], a [`NodeAnswer`]) override any of
+//!   this for one Node: provider ID (lookups by it find the Node), addresses, type, zone,
+//!   region, labels, existence, shutdown, or an error for every lookup.
+//! - **Batches** (`instances_batch`, off by default): `describe_instances` answers every Node
+//!   as the three single calls would (`Found`, `Shutdown`, `NotFound`, or `Error` for a Node
+//!   with an `error` answer), in one call of at most `max_batch_size` Nodes.
 //! - **Load balancers**: keyed by the Service's `<namespace>/<name>`; `ensure_load_balancer`
 //!   creates or replaces one (remembering its hosts, ports and cluster) and answers an ingress
-//!   with `lb_ip` (default `203.0.113.10`) or `lb_hostname`; `get_load_balancer` reports it until
+//!   with its own IP from `lb_ip_range` (default `203.0.113.0/24`: the lowest free address,
+//!   kept while it exists, freed on delete), or the one `lb_ip` of every load balancer, or
+//!   `lb_hostname`; `get_load_balancer` reports it until
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
 //!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
 //!   A load balancer is reported only to the cluster name that created it.
@@ -35,11 +43,25 @@
 //! - **Clusters**: `list_clusters` answers `clusters`; `master` answers
 //!   `https://<cluster>.fake.invalid:6443` for a known cluster.
 //!
-//! # Inspection and faults
+//! # Inspection, faults, quota and the state file
 //!
 //! Every call is counted and logged under its snake_case trait method name ([`OPERATIONS`]),
-//! including calls that then fail or are cancelled: see [`FakeCloud::call_count`],
-//! [`FakeCloud::call_log`]. [`FakeCloud::inject`] arms a [`Fault`] on one operation.
+//! with its arguments ([`CallArgs`]: node names, Service key and host list, route and name
+//! hint...), including calls that then fail, are cancelled or rejected: see
+//! [`FakeCloud::call_count`], [`FakeCloud::call_log`], [`FakeCloud::calls_of`].
+//! [`FakeCloud::inject`] arms a [`Fault`] on one operation.
+//!
+//! A quota (`quota:`, [`QuotaConfig`]) limits calls per second overall and per operation; a
+//! call over it is answered at once (after its latency) with [`CloudError::Retry`] carrying
+//! the time until a token frees, as a real cloud's 429 + Retry-After, and changes nothing.
+//! Rejected calls are in the log (`rejected: true`) and counted by
+//! [`FakeCloud::rejected_count`]. A `describe_instances` call costs one token whatever its size.
+//!
+//! With `state_file:` set, the load balancers and routes are read from that file at start and
+//! written to it (JSON, atomically: temporary file + rename) after every change, so a CCM
+//! killed and started again sees what it made, and a test or an operator lists them from
+//! outside ([`FakeCloudState::load`], or `jq` on the file). One process should use a file at a
+//! time.
 //!
 //! # The configuration schema (`--cloud-config` of `examples/fake-ccm`)
 //!
@@ -63,8 +85,25 @@
 //!   example.com/pool: blue
 //! missing_nodes: ["gone-.*"]     # regexes on the whole node name: instances that do not exist
 //! shutdown_nodes: ["stopped-.*"] # regexes: instances that exist but are shut down
-//! lb_ip: 198.51.100.7            # load-balancer ingress IP (default 203.0.113.10)
+//! lb_ip_range: 198.51.100.0/24   # one ingress IP per load balancer (default 203.0.113.0/24)
+//! lb_ip: 198.51.100.7            # when set, this one IP for every load balancer instead
 //! lb_hostname: lb.example.com    # when set, ingress hostname instead of the IP
+//! nodes:                         # chosen answers per node name; every field optional
+//!   worker-7:
+//!     provider_id: fake://i-0007 # lookups by this provider ID find worker-7
+//!     addresses: [{type: InternalIP, address: 192.168.0.7}]
+//!     instance_type: fake-gpu
+//!     zone: eu-1b
+//!     region: eu-1
+//!     additional_labels: {example.com/pool: gpu}
+//!     shutdown: true             # exists: false makes it gone
+//!   worker-8: {error: "describe failed"} # every lookup of worker-8 fails
+//! max_batch_size: 50             # most nodes per describe_instances (default 100)
+//! quota:                         # token buckets; a call over quota answers Retry (429)
+//!   overall: {per_second: 20, burst: 20}
+//!   operations:
+//!     describe_instances: {per_second: 5, burst: 5}
+//! state_file: /tmp/fake-cloud.json # keep load balancers and routes across restarts
 //! track_node_addresses: true     # list_routes sets enable_node_addresses (default false)
 //! clusters: [prod]               # answered by list_clusters (default [kubernetes])
 //! capabilities:                  # switch capabilities on and off (defaults shown)
@@ -74,6 +113,7 @@
 //!   load_balancer: true
 //!   routes: true
 //!   clusters: true
+//!   instances_batch: true        # InstancesBatch (default false)
 //! faults:                        # armed at start, by operation
 //!   ensure_load_balancer:
 //!     - fail_next: 2
@@ -88,6 +128,8 @@
 //! assert_eq!(config.latency_ms, 5);
 //! assert_eq!(config.zone, "eu-1a");
 //! assert!(config.capabilities.instances);
+//! assert_eq!(config.nodes["worker-7"].provider_id.as_deref(), Some("fake://i-0007"));
+//! assert_eq!(config.quota.overall.unwrap().per_second, 20.0);
 //! assert_eq!(
 //!     config.faults["ensure_load_balancer"],
 //!     vec![Fault::FailNext(2), Fault::Retry { after: Duration::from_millis(1500), count: 1 }]
@@ -130,35 +172,116 @@
 
 mod config;
 mod provider;
+mod quota;
+mod state_file;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ccm_core::{
-    BoxError, CloudError, CloudProvider, CloudResult, LoadBalancerIngress, LoadBalancerStatus,
-    NodeAddress, Route,
+    BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, LoadBalancerIngress,
+    LoadBalancerStatus, NodeAddress, Route,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use regex::Regex;
+use serde::{Deserialize, Serialize};
 
-pub use config::{Capabilities, FakeCloudConfig, FakeCloudConfigError, Fault, OPERATIONS};
+pub use config::{
+    Capabilities, FakeCloudConfig, FakeCloudConfigError, Fault, NodeAnswer, OPERATIONS,
+    QuotaConfig, Rate,
+};
+pub use state_file::{FakeCloudState, RouteState, StateFileError};
 
 /// One call to a [`FakeCloud`], as recorded in [`FakeCloud::call_log`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CallRecord {
     /// The operation: the snake_case trait method name, e.g. `ensure_load_balancer`.
     pub operation: String,
     /// What the call was about: the node name (`instance_*`, `node_addresses`...), the provider
     /// ID (`*_by_provider_id`), `<namespace>/<name>` of the Service (load balancers), the
     /// destination CIDR (`create_route`, `delete_route`), the cluster name (`list_routes`,
-    /// `master`), or empty.
+    /// `master`), the number of Nodes (`describe_instances`: `3 nodes`), or empty.
     pub subject: String,
+    /// The call's arguments.
+    pub args: CallArgs,
+    /// True when the quota rejected the call ([`CloudError::Retry`], nothing done).
+    pub rejected: bool,
+}
+
+impl CallRecord {
+    /// The backend host names of a load-balancer call (sorted, each once), if it had hosts.
+    pub fn hosts(&self) -> Option<&[String]> {
+        match &self.args {
+            CallArgs::LoadBalancer {
+                hosts: Some(hosts), ..
+            } => Some(hosts),
+            _ => None,
+        }
+    }
+
+    /// The node names of an instance call: one for the single calls, every Node of a
+    /// `describe_instances` batch in the order given.
+    pub fn node_names(&self) -> Vec<&str> {
+        match &self.args {
+            CallArgs::Node { name, .. } | CallArgs::NodeName(name) => vec![name.as_str()],
+            CallArgs::Nodes(names) => names.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The arguments of one recorded call ([`CallRecord::args`]).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum CallArgs {
+    /// No arguments (`initialize`, `get_zone`, `list_clusters`).
+    None,
+    /// An `InstancesV2` call: the Node's name and `spec.providerID`.
+    Node {
+        /// `metadata.name`.
+        name: String,
+        /// `spec.providerID`, when set.
+        provider_id: Option<String>,
+    },
+    /// `describe_instances`: the Nodes' names, in the order given.
+    Nodes(Vec<String>),
+    /// A legacy lookup by node name.
+    NodeName(String),
+    /// A lookup by provider ID.
+    ProviderId(String),
+    /// `current_node_name`'s hostname or `add_ssh_key_to_all_instances`' user.
+    Text(String),
+    /// A load-balancer call.
+    LoadBalancer {
+        /// The cluster name.
+        cluster_name: String,
+        /// `<namespace>/<name>` of the Service.
+        service: String,
+        /// The backend host names (sorted, each once) of `ensure_load_balancer` and
+        /// `update_load_balancer`; `None` for the calls without hosts. Shared with the
+        /// stored load balancers, not copied.
+        hosts: Option<Arc<[String]>>,
+    },
+    /// `list_routes` or `master`: the cluster name.
+    Cluster(String),
+    /// `create_route` or `delete_route`.
+    Route {
+        /// The cluster name.
+        cluster_name: String,
+        /// The name hint (`create_route` only).
+        name_hint: Option<String>,
+        /// The route as passed.
+        route: Route,
+    },
 }
 
 /// A load balancer held by a [`FakeCloud`], as returned by [`FakeCloud::load_balancers`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoadBalancerState {
     /// The load balancer's name: [`ccm_core::default_load_balancer_name`] of the Service.
     pub name: String,
@@ -168,6 +291,9 @@ pub struct LoadBalancerState {
     pub ports: Vec<i32>,
     /// The cluster name of the last ensure.
     pub cluster_name: String,
+    /// The ingress IP it was given (`None` with `lb_hostname`).
+    #[serde(default)]
+    pub ingress_ip: Option<String>,
 }
 
 /// An in-memory cloud provider for tests and demos; see the [module documentation](self).
@@ -189,6 +315,10 @@ impl std::fmt::Debug for FakeCloud {
 struct Inner {
     /// The configuration as given (the mutable parts are copied into `state`).
     config: FakeCloudConfig,
+    /// The state file, when persistence is on (`state_file`, readable at start).
+    state_file: Option<PathBuf>,
+    /// The range load balancers get their ingress IPs from.
+    lb_ip_range: ipnet::IpNet,
     state: Mutex<State>,
 }
 
@@ -216,6 +346,7 @@ struct StoredLoadBalancer {
     hosts: Arc<[String]>,
     ports: Vec<i32>,
     cluster_name: String,
+    ingress_ip: Option<IpAddr>,
 }
 
 impl StoredLoadBalancer {
@@ -225,6 +356,7 @@ impl StoredLoadBalancer {
             hosts: self.hosts.to_vec(),
             ports: self.ports.clone(),
             cluster_name: self.cluster_name.clone(),
+            ingress_ip: self.ingress_ip.map(|ip| ip.to_string()),
         }
     }
 }
@@ -261,6 +393,9 @@ impl HostSets {
 struct State {
     calls: Vec<CallRecord>,
     counts: BTreeMap<String, usize>,
+    rejected: BTreeMap<String, usize>,
+    quota: quota::Quota,
+    nodes: BTreeMap<String, NodeAnswer>,
     missing: Vec<Regex>,
     shutdown: Vec<Regex>,
     faults: BTreeMap<String, Vec<ArmedFault>>,
@@ -308,13 +443,147 @@ impl State {
     }
 
     fn is_missing(&self, node_name: &str) -> bool {
-        self.missing.iter().any(|r| r.is_match(node_name))
+        match self.nodes.get(node_name).and_then(|a| a.exists) {
+            Some(exists) => !exists,
+            None => self.missing.iter().any(|r| r.is_match(node_name)),
+        }
     }
 
     fn is_shutdown(&self, node_name: &str) -> bool {
-        !self.is_missing(node_name) && self.shutdown.iter().any(|r| r.is_match(node_name))
+        !self.is_missing(node_name)
+            && match self.nodes.get(node_name).and_then(|a| a.shutdown) {
+                Some(shutdown) => shutdown,
+                None => self.shutdown.iter().any(|r| r.is_match(node_name)),
+            }
+    }
+
+    /// The error every lookup of this Node answers (`nodes.<name>.error`), if any.
+    fn node_error(&self, node_name: &str) -> CloudResult<()> {
+        match self.nodes.get(node_name).and_then(|a| a.error.as_deref()) {
+            Some(message) => Err(CloudError::msg(format!(
+                "fake cloud: node {node_name}: {message}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The node name whose chosen answer has this provider ID, if any.
+    fn node_with_provider_id(&self, provider_id: &str) -> Option<&str> {
+        self.nodes
+            .iter()
+            .find(|(_, a)| a.provider_id.as_deref() == Some(provider_id))
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// The metadata of an existing, answering instance.
+    fn metadata(&self, cfg: &FakeCloudConfig, name: &str) -> CloudResult<InstanceMetadata> {
+        self.node_error(name)?;
+        if self.is_missing(name) {
+            return Err(CloudError::InstanceNotFound);
+        }
+        let answer = self.nodes.get(name);
+        let pick = |field: Option<&String>, default: &String| field.unwrap_or(default).clone();
+        Ok(InstanceMetadata {
+            provider_id: answer
+                .and_then(|a| a.provider_id.clone())
+                .unwrap_or_else(|| format!("fake://{name}")),
+            instance_type: pick(
+                answer.and_then(|a| a.instance_type.as_ref()),
+                &cfg.instance_type,
+            ),
+            node_addresses: answer
+                .and_then(|a| a.addresses.clone())
+                .unwrap_or_else(|| node_addresses(cfg, name)),
+            zone: pick(answer.and_then(|a| a.zone.as_ref()), &cfg.zone),
+            region: pick(answer.and_then(|a| a.region.as_ref()), &cfg.region),
+            additional_labels: answer
+                .and_then(|a| a.additional_labels.clone())
+                .unwrap_or_else(|| cfg.additional_labels.clone()),
+        })
+    }
+
+    /// The lowest address of `range` no load balancer holds (IPv4: neither the network nor
+    /// the broadcast address, unless the range is a /31 or /32).
+    fn free_ip(&self, range: &ipnet::IpNet) -> Option<IpAddr> {
+        let used: std::collections::HashSet<IpAddr> = self
+            .load_balancers
+            .values()
+            .filter_map(|lb| lb.ingress_ip)
+            .collect();
+        range.hosts().find(|ip| !used.contains(ip))
+    }
+
+    /// The load balancers and routes, as the state file holds them.
+    fn snapshot(&self) -> FakeCloudState {
+        FakeCloudState {
+            load_balancers: self
+                .load_balancers
+                .iter()
+                .map(|(key, lb)| (key.clone(), lb.to_state()))
+                .collect(),
+            routes: self
+                .routes
+                .values()
+                .map(|r| RouteState {
+                    name: r.route.name.clone(),
+                    cluster_name: r.cluster.clone(),
+                    target_node: r.route.target_node.clone(),
+                    destination_cidr: r.route.destination_cidr.clone(),
+                    target_node_addresses: r.route.target_node_addresses.clone(),
+                    blackhole: r.route.blackhole,
+                    enable_node_addresses: r.route.enable_node_addresses,
+                })
+                .collect(),
+        }
+    }
+
+    /// Replaces the load balancers and routes with those of a state file.
+    fn restore(&mut self, saved: FakeCloudState) {
+        for (key, lb) in saved.load_balancers {
+            let names: Vec<&str> = lb.hosts.iter().map(String::as_str).collect();
+            let hosts = self.host_sets.intern(&names);
+            self.load_balancers.insert(
+                key,
+                StoredLoadBalancer {
+                    name: lb.name,
+                    hosts,
+                    ports: lb.ports,
+                    cluster_name: lb.cluster_name,
+                    ingress_ip: lb.ingress_ip.and_then(|ip| ip.parse().ok()),
+                },
+            );
+        }
+        for r in saved.routes {
+            self.routes.insert(
+                r.name.clone(),
+                StoredRoute {
+                    cluster: r.cluster_name,
+                    route: Route {
+                        name: r.name,
+                        target_node: r.target_node,
+                        enable_node_addresses: r.enable_node_addresses,
+                        target_node_addresses: r.target_node_addresses,
+                        destination_cidr: r.destination_cidr,
+                        blackhole: r.blackhole,
+                    },
+                },
+            );
+        }
     }
 }
+
+/// The default `lb_ip_range`: TEST-NET-3 (RFC 5737), a range reserved for documentation.
+const DEFAULT_LB_IP_RANGE: ipnet::Ipv4Net =
+    ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(203, 0, 113, 0), 24);
+
+/// The operations that change the load balancers or routes (and so rewrite the state file).
+const MUTATING: &[&str] = &[
+    "ensure_load_balancer",
+    "update_load_balancer",
+    "ensure_load_balancer_deleted",
+    "create_route",
+    "delete_route",
+];
 
 fn injected(op: &str) -> CloudError {
     CloudError::msg(format!("fake cloud: injected failure of {op}"))
@@ -365,8 +634,45 @@ impl FakeCloud {
     /// Never fails: invalid entries (a pattern that is not a regular expression, an unknown
     /// operation name) are logged with `tracing` and ignored. Use [`FakeCloud::try_new`] to get
     /// them as an error.
+    ///
+    /// With `state_file` set, the load balancers and routes of the file are loaded; a file
+    /// that cannot be read is logged and persistence is switched off (so the file is never
+    /// overwritten with an empty cloud).
     pub fn new(config: FakeCloudConfig) -> Self {
+        let saved = config
+            .state_file
+            .as_ref()
+            .map(|path| (path.clone(), FakeCloudState::load(path)));
+        let (state_file, saved) = match saved {
+            None => (None, None),
+            Some((path, Ok(saved))) => (Some(path), Some(saved)),
+            Some((_, Err(e))) => {
+                tracing::error!(error = %e, "fake cloud: state file not loaded, persistence off");
+                (None, None)
+            }
+        };
+        Self::with_state(config, state_file, saved)
+    }
+
+    fn with_state(
+        config: FakeCloudConfig,
+        state_file: Option<PathBuf>,
+        saved: Option<FakeCloudState>,
+    ) -> Self {
+        let lb_ip_range = match config.lb_ip_range.parse() {
+            Ok(range) => range,
+            Err(_) => {
+                tracing::error!(
+                    lb_ip_range = config.lb_ip_range,
+                    default = %DEFAULT_LB_IP_RANGE,
+                    "fake cloud: lb_ip_range is not a CIDR, using the default"
+                );
+                ipnet::IpNet::V4(DEFAULT_LB_IP_RANGE)
+            }
+        };
         let mut state = State {
+            nodes: config.nodes.clone(),
+            quota: quota::Quota::new(&config.quota),
             missing: compile_patterns("missing_nodes", &config.missing_nodes),
             shutdown: compile_patterns("shutdown_nodes", &config.shutdown_nodes),
             latency: Duration::from_millis(config.latency_ms),
@@ -388,19 +694,32 @@ impl FakeCloud {
                     .extend(faults.iter().cloned().map(arm));
             }
         }
+        if let Some(saved) = saved {
+            state.restore(saved);
+        }
         FakeCloud {
             inner: Arc::new(Inner {
                 config,
+                state_file,
+                lb_ip_range,
                 state: Mutex::new(state),
             }),
         }
     }
 
     /// Builds a fake cloud from a configuration after [validating](FakeCloudConfig::validate)
-    /// it.
+    /// it; a `state_file` that exists but cannot be read is an error too.
     pub fn try_new(config: FakeCloudConfig) -> Result<Self, FakeCloudConfigError> {
         config.validate()?;
-        Ok(FakeCloud::new(config))
+        let saved = match &config.state_file {
+            Some(path) => Some(
+                FakeCloudState::load(path)
+                    .map_err(|e| FakeCloudConfigError::StateFile(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let state_file = config.state_file.clone();
+        Ok(Self::with_state(config, state_file, saved))
     }
 
     /// A builder starting from the default configuration.
@@ -459,11 +778,52 @@ impl FakeCloud {
         self.lock().calls.clone()
     }
 
-    /// Forgets the recorded calls and counts.
+    /// The recorded calls of one operation, in the order they were made.
+    pub fn calls_of(&self, op: &str) -> Vec<CallRecord> {
+        self.lock()
+            .calls
+            .iter()
+            .filter(|c| c.operation == op)
+            .cloned()
+            .collect()
+    }
+
+    /// How many calls of `op` the quota rejected (they are in [`FakeCloud::call_count`] too).
+    pub fn rejected_count(&self, op: &str) -> usize {
+        self.lock().rejected.get(op).copied().unwrap_or(0)
+    }
+
+    /// The rejected-call counts of every operation the quota rejected at least once.
+    pub fn rejected_counts(&self) -> BTreeMap<String, usize> {
+        self.lock().rejected.clone()
+    }
+
+    /// Forgets the recorded calls, counts and rejected counts.
     pub fn reset_calls(&self) {
         let mut st = self.lock();
         st.calls.clear();
         st.counts.clear();
+        st.rejected.clear();
+    }
+
+    /// Sets the chosen answers for one Node (as `nodes.<name>` in the config), replacing any.
+    pub fn set_node(&self, name: &str, answer: NodeAnswer) {
+        self.lock().nodes.insert(name.to_owned(), answer);
+    }
+
+    /// Forgets the chosen answers for one Node: it gets the default answers again.
+    pub fn remove_node(&self, name: &str) {
+        self.lock().nodes.remove(name);
+    }
+
+    /// Replaces the quota (as `quota` in the config); the new buckets start full.
+    pub fn set_quota(&self, quota: &QuotaConfig) {
+        self.lock().quota = quota::Quota::new(quota);
+    }
+
+    /// The load balancers and routes, as the state file holds them (also without one).
+    pub fn state(&self) -> FakeCloudState {
+        self.lock().snapshot()
     }
 
     /// The load balancers that currently exist, keyed by `<namespace>/<name>` of the Service.
@@ -496,13 +856,17 @@ impl FakeCloud {
         if route.name.is_empty() {
             route.name = format!("seed-{}", route.destination_cidr);
         }
-        self.lock().routes.insert(
+        let mut st = self.lock();
+        st.routes.insert(
             route.name.clone(),
             StoredRoute {
                 cluster: None,
                 route,
             },
         );
+        if let Err(e) = self.persist(&st) {
+            tracing::error!(error = %e, "fake cloud: state file not written");
+        }
     }
 
     /// Replaces the patterns of nodes whose instances do not exist (regular expressions matched
@@ -547,41 +911,100 @@ impl FakeCloud {
         self.lock().operation_latency.insert(op.to_owned(), latency);
     }
 
-    /// Records a call, waits its latency, consults the faults, then runs `f` under the lock.
+    /// Records a call (with the arguments `args` gives), applies the quota, waits the
+    /// latency, consults the faults, then runs `f` under the lock; a successful change of the
+    /// load balancers or routes is written to the state file.
     async fn call<T>(
         &self,
         op: &'static str,
         subject: impl Into<String>,
+        args: impl FnOnce(&mut State) -> CallArgs,
         f: impl FnOnce(&FakeCloudConfig, &mut State) -> CloudResult<T>,
     ) -> CloudResult<T> {
-        let latency = {
+        let (latency, throttled) = {
             let mut st = self.lock();
+            let args = args(&mut st);
+            let throttled = if op == "initialize" {
+                None
+            } else {
+                st.quota.admit(op).err()
+            };
             st.calls.push(CallRecord {
                 operation: op.to_owned(),
                 subject: subject.into(),
+                args,
+                rejected: throttled.is_some(),
             });
             *st.counts.entry(op.to_owned()).or_default() += 1;
-            st.operation_latency.get(op).copied().unwrap_or(st.latency)
+            if throttled.is_some() {
+                *st.rejected.entry(op.to_owned()).or_default() += 1;
+            }
+            let latency = st.operation_latency.get(op).copied().unwrap_or(st.latency);
+            (latency, throttled)
         };
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
+        }
+        if let Some(after) = throttled {
+            return Err(CloudError::retry(
+                after,
+                format!("fake cloud: quota exceeded for {op} (429 Too Many Requests)"),
+            ));
         }
         let mut st = self.lock();
         if let Some(err) = st.fire_fault(op) {
             return Err(err);
         }
-        f(&self.inner.config, &mut st)
+        let result = f(&self.inner.config, &mut st)?;
+        if MUTATING.contains(&op) {
+            self.persist(&st).map_err(CloudError::other)?;
+        }
+        Ok(result)
     }
 
-    fn ingress(&self) -> LoadBalancerStatus {
+    /// Writes the state file, when there is one.
+    fn persist(&self, st: &State) -> Result<(), StateFileError> {
+        // Under the state lock, so the file always follows the order of the changes. A test
+        // double can afford the blocking write; the benchmarks run without a state file.
+        match &self.inner.state_file {
+            Some(path) => st.snapshot().save(path),
+            None => Ok(()),
+        }
+    }
+
+    /// The ingress IP for the load balancer `key`: its own when it has one, else a free one of
+    /// `lb_ip_range` (or the fixed `lb_ip`); `None` with `lb_hostname`.
+    fn ingress_ip_for(&self, st: &State, key: &str) -> CloudResult<Option<IpAddr>> {
         let config = &self.inner.config;
-        let ingress = match &config.lb_hostname {
-            Some(hostname) => LoadBalancerIngress {
+        if config.lb_hostname.is_some() {
+            return Ok(None);
+        }
+        if let Some(ip) = &config.lb_ip {
+            return ip.parse().map(Some).map_err(CloudError::other);
+        }
+        if let Some(ip) = st.load_balancers.get(key).and_then(|lb| lb.ingress_ip) {
+            return Ok(Some(ip));
+        }
+        st.free_ip(&self.inner.lb_ip_range)
+            .map(Some)
+            .ok_or_else(|| {
+                CloudError::msg(format!(
+                    "fake cloud: lb_ip_range {} has no free address left",
+                    self.inner.lb_ip_range
+                ))
+            })
+    }
+
+    /// The status of a load balancer with this ingress IP (or `lb_hostname`).
+    fn ingress(&self, ip: Option<IpAddr>) -> LoadBalancerStatus {
+        let config = &self.inner.config;
+        let ingress = match (&config.lb_hostname, ip) {
+            (Some(hostname), _) => LoadBalancerIngress {
                 hostname: Some(hostname.clone()),
                 ..Default::default()
             },
-            None => LoadBalancerIngress {
-                ip: Some(config.lb_ip.clone()),
+            (None, ip) => LoadBalancerIngress {
+                ip: ip.map(|ip| ip.to_string()),
                 ..Default::default()
             },
         };
@@ -723,9 +1146,55 @@ impl FakeCloudBuilder {
         self
     }
 
-    /// The load-balancer ingress IP (`lb_ip`).
+    /// One ingress IP for every load balancer (`lb_ip`) instead of one each from
+    /// `lb_ip_range`.
     pub fn lb_ip(mut self, ip: &str) -> Self {
-        self.config.lb_ip = ip.to_owned();
+        self.config.lb_ip = Some(ip.to_owned());
+        self
+    }
+
+    /// The range each load balancer gets its own ingress IP from (`lb_ip_range`).
+    pub fn lb_ip_range(mut self, cidr: &str) -> Self {
+        self.config.lb_ip_range = cidr.to_owned();
+        self
+    }
+
+    /// Chosen answers for one Node (`nodes.<name>`).
+    pub fn node(mut self, name: &str, answer: NodeAnswer) -> Self {
+        self.config.nodes.insert(name.to_owned(), answer);
+        self
+    }
+
+    /// The overall quota (`quota.overall`): `per_second` calls per second, `burst` saved.
+    pub fn quota(mut self, per_second: f64, burst: u32) -> Self {
+        self.config.quota.overall = Some(Rate { per_second, burst });
+        self
+    }
+
+    /// The quota of one operation (`quota.operations.<op>`).
+    pub fn operation_quota(mut self, op: &str, per_second: f64, burst: u32) -> Self {
+        self.config
+            .quota
+            .operations
+            .insert(op.to_owned(), Rate { per_second, burst });
+        self
+    }
+
+    /// Offer [`InstancesBatch`](ccm_core::InstancesBatch) or not (default off).
+    pub fn instances_batch(mut self, on: bool) -> Self {
+        self.config.capabilities.instances_batch = on;
+        self
+    }
+
+    /// The most Nodes one `describe_instances` call accepts (`max_batch_size`).
+    pub fn max_batch_size(mut self, max: usize) -> Self {
+        self.config.max_batch_size = max;
+        self
+    }
+
+    /// Keep the load balancers and routes in this file (`state_file`).
+    pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.state_file = Some(path.into());
         self
     }
 
@@ -866,12 +1335,14 @@ mod tests {
         assert_eq!(cloud.load_balancers()["ns/two"].hosts, ["c"]);
         assert_eq!(cloud.load_balancers()["ns/one"].hosts, ["a", "b"]);
 
-        // Once no load balancer holds {a, b}, the next intern forgets it.
+        // Once no load balancer (and no recorded call) holds {a, b}, the next intern forgets
+        // it.
         for name in ["one", "three"] {
             lb.update_load_balancer("c", &service(name), &[node("c")])
                 .await
                 .unwrap();
         }
+        cloud.reset_calls();
         lb.update_load_balancer("c", &service("one"), &[node("c")])
             .await
             .unwrap();

@@ -4,26 +4,21 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use ccm_core::{
-    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceMetadata, Instances,
-    InstancesV2, LoadBalancer, LoadBalancerStatus, Node, NodeAddress, ProviderId, Route, Routes,
-    Service, Zone, Zones,
+    CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerStatus,
+    Node, NodeAddress, ProviderId, Route, Routes, Service, Zone, Zones,
 };
 
-use super::{FakeCloud, State, StoredLoadBalancer, StoredRoute, node_addresses};
+use super::{CallArgs, FakeCloud, State, StoredLoadBalancer, StoredRoute};
 
 /// The provider name, and the scheme of every provider ID the fake cloud hands out.
 const PROVIDER_NAME: &str = "fake";
 
 /// The node name a Node's instance is registered under: from `spec.providerID` when set,
 /// else `metadata.name`.
-fn node_instance_name(node: &Node) -> CloudResult<String> {
-    if let Some(pid) = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty())
-    {
-        return name_from_provider_id(pid);
+fn node_instance_name(st: &State, node: &Node) -> CloudResult<String> {
+    if let Some(pid) = spec_provider_id(node) {
+        return name_from_provider_id(st, pid);
     }
     match node.metadata.name.as_deref() {
         Some(name) if !name.is_empty() => Ok(name.to_owned()),
@@ -33,12 +28,30 @@ fn node_instance_name(node: &Node) -> CloudResult<String> {
     }
 }
 
+fn spec_provider_id(node: &Node) -> Option<&str> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+}
+
 fn node_subject(node: &Node) -> String {
     node.metadata.name.clone().unwrap_or_default()
 }
 
-/// The node name of a `fake://<node-name>` provider ID.
-fn name_from_provider_id(provider_id: &str) -> CloudResult<String> {
+fn node_args(node: &Node) -> CallArgs {
+    CallArgs::Node {
+        name: node_subject(node),
+        provider_id: spec_provider_id(node).map(str::to_owned),
+    }
+}
+
+/// The node name of a provider ID: the Node whose chosen answer has it, else `<name>` of
+/// `fake://<name>`.
+fn name_from_provider_id(st: &State, provider_id: &str) -> CloudResult<String> {
+    if let Some(name) = st.node_with_provider_id(provider_id) {
+        return Ok(name.to_owned());
+    }
     let id: ProviderId = provider_id.parse().map_err(CloudError::other)?;
     if id.provider() != PROVIDER_NAME {
         return Err(CloudError::msg(format!(
@@ -47,14 +60,6 @@ fn name_from_provider_id(provider_id: &str) -> CloudResult<String> {
         )));
     }
     Ok(id.instance_id().to_owned())
-}
-
-fn require_existing(st: &State, node_name: &str) -> CloudResult<()> {
-    if st.is_missing(node_name) {
-        Err(CloudError::InstanceNotFound)
-    } else {
-        Ok(())
-    }
 }
 
 fn service_key(service: &Service) -> CloudResult<String> {
@@ -90,7 +95,16 @@ impl CloudProvider for FakeCloud {
     }
 
     async fn initialize(&self, _ctx: InitContext) -> CloudResult<()> {
-        self.call("initialize", "", |_, _| Ok(())).await
+        self.call("initialize", "", |_| CallArgs::None, |_, _| Ok(()))
+            .await
+    }
+
+    fn instances_batch(&self) -> Option<&dyn InstancesBatch> {
+        self.inner
+            .config
+            .capabilities
+            .instances_batch
+            .then_some(self as &dyn InstancesBatch)
     }
 
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {
@@ -145,33 +159,66 @@ impl CloudProvider for FakeCloud {
 #[async_trait]
 impl InstancesV2 for FakeCloud {
     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-        self.call("instance_exists", node_subject(node), |_, st| {
-            let name = node_instance_name(node)?;
+        let args = |_: &mut State| node_args(node);
+        self.call("instance_exists", node_subject(node), args, |_, st| {
+            let name = node_instance_name(st, node)?;
+            st.node_error(&name)?;
             Ok(!st.is_missing(&name))
         })
         .await
     }
 
     async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
-        self.call("instance_shutdown", node_subject(node), |_, st| {
-            let name = node_instance_name(node)?;
+        let args = |_: &mut State| node_args(node);
+        self.call("instance_shutdown", node_subject(node), args, |_, st| {
+            let name = node_instance_name(st, node)?;
+            st.node_error(&name)?;
             Ok(st.is_shutdown(&name))
         })
         .await
     }
 
     async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
-        self.call("instance_metadata", node_subject(node), |cfg, st| {
-            let name = node_instance_name(node)?;
-            require_existing(st, &name)?;
-            Ok(InstanceMetadata {
-                provider_id: format!("{PROVIDER_NAME}://{name}"),
-                instance_type: cfg.instance_type.clone(),
-                node_addresses: node_addresses(cfg, &name),
-                zone: cfg.zone.clone(),
-                region: cfg.region.clone(),
-                additional_labels: cfg.additional_labels.clone(),
-            })
+        let args = |_: &mut State| node_args(node);
+        self.call("instance_metadata", node_subject(node), args, |cfg, st| {
+            let name = node_instance_name(st, node)?;
+            st.metadata(cfg, &name)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl InstancesBatch for FakeCloud {
+    fn max_batch_size(&self) -> usize {
+        self.inner.config.max_batch_size.max(1)
+    }
+
+    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+        let max = self.max_batch_size();
+        let args = |_: &mut State| CallArgs::Nodes(nodes.iter().map(|n| node_subject(n)).collect());
+        let subject = format!("{} nodes", nodes.len());
+        self.call("describe_instances", subject, args, |cfg, st| {
+            if nodes.len() > max {
+                return Err(CloudError::msg(format!(
+                    "fake cloud: describe_instances got {} nodes, more than max_batch_size {max}",
+                    nodes.len()
+                )));
+            }
+            let mut answers = InstanceAnswers::new();
+            for node in nodes {
+                let answer = match node_instance_name(st, node) {
+                    Err(e) => InstanceAnswer::Error(e),
+                    Ok(name) => match st.metadata(cfg, &name) {
+                        Ok(meta) if st.is_shutdown(&name) => InstanceAnswer::Shutdown(meta),
+                        Ok(meta) => InstanceAnswer::Found(meta),
+                        Err(CloudError::InstanceNotFound) => InstanceAnswer::NotFound,
+                        Err(e) => InstanceAnswer::Error(e),
+                    },
+                };
+                answers.insert(node_subject(node), answer);
+            }
+            Ok(answers)
         })
         .await
     }
@@ -180,9 +227,9 @@ impl InstancesV2 for FakeCloud {
 #[async_trait]
 impl Instances for FakeCloud {
     async fn node_addresses(&self, node_name: &str) -> CloudResult<Vec<NodeAddress>> {
-        self.call("node_addresses", node_name, |cfg, st| {
-            require_existing(st, node_name)?;
-            Ok(node_addresses(cfg, node_name))
+        let args = |_: &mut State| CallArgs::NodeName(node_name.to_owned());
+        self.call("node_addresses", node_name, args, |cfg, st| {
+            Ok(st.metadata(cfg, node_name)?.node_addresses)
         })
         .await
     }
@@ -191,41 +238,57 @@ impl Instances for FakeCloud {
         &self,
         provider_id: &str,
     ) -> CloudResult<Vec<NodeAddress>> {
-        self.call("node_addresses_by_provider_id", provider_id, |cfg, st| {
-            let name = name_from_provider_id(provider_id)?;
-            require_existing(st, &name)?;
-            Ok(node_addresses(cfg, &name))
-        })
+        let args = |_: &mut State| CallArgs::ProviderId(provider_id.to_owned());
+        self.call(
+            "node_addresses_by_provider_id",
+            provider_id,
+            args,
+            |cfg, st| {
+                let name = name_from_provider_id(st, provider_id)?;
+                Ok(st.metadata(cfg, &name)?.node_addresses)
+            },
+        )
         .await
     }
 
     async fn instance_id(&self, node_name: &str) -> CloudResult<String> {
-        self.call("instance_id", node_name, |_, st| {
-            require_existing(st, node_name)?;
-            Ok(node_name.to_owned())
+        let args = |_: &mut State| CallArgs::NodeName(node_name.to_owned());
+        self.call("instance_id", node_name, args, |cfg, st| {
+            // The instance ID is the provider ID without its `<provider>://`.
+            let provider_id = st.metadata(cfg, node_name)?.provider_id;
+            Ok(provider_id
+                .split_once("://")
+                .map_or(provider_id.as_str(), |(_, id)| id)
+                .to_owned())
         })
         .await
     }
 
     async fn instance_type(&self, node_name: &str) -> CloudResult<String> {
-        self.call("instance_type", node_name, |cfg, st| {
-            require_existing(st, node_name)?;
-            Ok(cfg.instance_type.clone())
+        let args = |_: &mut State| CallArgs::NodeName(node_name.to_owned());
+        self.call("instance_type", node_name, args, |cfg, st| {
+            Ok(st.metadata(cfg, node_name)?.instance_type)
         })
         .await
     }
 
     async fn instance_type_by_provider_id(&self, provider_id: &str) -> CloudResult<String> {
-        self.call("instance_type_by_provider_id", provider_id, |cfg, st| {
-            let name = name_from_provider_id(provider_id)?;
-            require_existing(st, &name)?;
-            Ok(cfg.instance_type.clone())
-        })
+        let args = |_: &mut State| CallArgs::ProviderId(provider_id.to_owned());
+        self.call(
+            "instance_type_by_provider_id",
+            provider_id,
+            args,
+            |cfg, st| {
+                let name = name_from_provider_id(st, provider_id)?;
+                Ok(st.metadata(cfg, &name)?.instance_type)
+            },
+        )
         .await
     }
 
     async fn add_ssh_key_to_all_instances(&self, user: &str, _key_data: &[u8]) -> CloudResult<()> {
-        self.call("add_ssh_key_to_all_instances", user, |_, _| {
+        let args = |_: &mut State| CallArgs::Text(user.to_owned());
+        self.call("add_ssh_key_to_all_instances", user, args, |_, _| {
             Err(CloudError::NotImplemented)
         })
         .await
@@ -233,27 +296,40 @@ impl Instances for FakeCloud {
 
     async fn current_node_name(&self, hostname: &str) -> CloudResult<String> {
         // As Go's fake cloud: the node name is the hostname.
-        self.call(
-            "current_node_name",
-            hostname,
-            |_, _| Ok(hostname.to_owned()),
-        )
+        let args = |_: &mut State| CallArgs::Text(hostname.to_owned());
+        self.call("current_node_name", hostname, args, |_, _| {
+            Ok(hostname.to_owned())
+        })
         .await
     }
 
     async fn instance_exists_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
-        self.call("instance_exists_by_provider_id", provider_id, |_, st| {
-            let name = name_from_provider_id(provider_id)?;
-            Ok(!st.is_missing(&name))
-        })
+        let args = |_: &mut State| CallArgs::ProviderId(provider_id.to_owned());
+        self.call(
+            "instance_exists_by_provider_id",
+            provider_id,
+            args,
+            |_, st| {
+                let name = name_from_provider_id(st, provider_id)?;
+                st.node_error(&name)?;
+                Ok(!st.is_missing(&name))
+            },
+        )
         .await
     }
 
     async fn instance_shutdown_by_provider_id(&self, provider_id: &str) -> CloudResult<bool> {
-        self.call("instance_shutdown_by_provider_id", provider_id, |_, st| {
-            let name = name_from_provider_id(provider_id)?;
-            Ok(st.is_shutdown(&name))
-        })
+        let args = |_: &mut State| CallArgs::ProviderId(provider_id.to_owned());
+        self.call(
+            "instance_shutdown_by_provider_id",
+            provider_id,
+            args,
+            |_, st| {
+                let name = name_from_provider_id(st, provider_id)?;
+                st.node_error(&name)?;
+                Ok(st.is_shutdown(&name))
+            },
+        )
         .await
     }
 }
@@ -261,31 +337,54 @@ impl Instances for FakeCloud {
 #[async_trait]
 impl Zones for FakeCloud {
     async fn get_zone(&self) -> CloudResult<Zone> {
-        self.call("get_zone", "", |cfg, _| Ok(zone(cfg))).await
+        self.call(
+            "get_zone",
+            "",
+            |_| CallArgs::None,
+            |cfg, _| {
+                Ok(Zone {
+                    failure_domain: cfg.zone.clone(),
+                    region: cfg.region.clone(),
+                })
+            },
+        )
+        .await
     }
 
     async fn get_zone_by_provider_id(&self, provider_id: &str) -> CloudResult<Zone> {
-        self.call("get_zone_by_provider_id", provider_id, |cfg, st| {
-            let name = name_from_provider_id(provider_id)?;
-            require_existing(st, &name)?;
-            Ok(zone(cfg))
+        let args = |_: &mut State| CallArgs::ProviderId(provider_id.to_owned());
+        self.call("get_zone_by_provider_id", provider_id, args, |cfg, st| {
+            let name = name_from_provider_id(st, provider_id)?;
+            Ok(zone(st.metadata(cfg, &name)?))
         })
         .await
     }
 
     async fn get_zone_by_node_name(&self, node_name: &str) -> CloudResult<Zone> {
-        self.call("get_zone_by_node_name", node_name, |cfg, st| {
-            require_existing(st, node_name)?;
-            Ok(zone(cfg))
+        let args = |_: &mut State| CallArgs::NodeName(node_name.to_owned());
+        self.call("get_zone_by_node_name", node_name, args, |cfg, st| {
+            Ok(zone(st.metadata(cfg, node_name)?))
         })
         .await
     }
 }
 
-fn zone(cfg: &super::FakeCloudConfig) -> Zone {
+fn zone(meta: InstanceMetadata) -> Zone {
     Zone {
-        failure_domain: cfg.zone.clone(),
-        region: cfg.region.clone(),
+        failure_domain: meta.zone,
+        region: meta.region,
+    }
+}
+
+fn lb_args(
+    cluster_name: &str,
+    service: &Service,
+    hosts: Option<&[Arc<Node>]>,
+) -> impl FnOnce(&mut State) -> CallArgs {
+    move |st| CallArgs::LoadBalancer {
+        cluster_name: cluster_name.to_owned(),
+        service: service_subject(service),
+        hosts: hosts.map(|hosts| host_names(st, hosts)),
     }
 }
 
@@ -296,15 +395,20 @@ impl LoadBalancer for FakeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerStatus>> {
-        let status = self.ingress();
-        self.call("get_load_balancer", service_subject(service), |_, st| {
-            let key = service_key(service)?;
-            Ok(st
-                .load_balancers
-                .get(&key)
-                .filter(|lb| lb.cluster_name == cluster_name)
-                .map(|_| status))
-        })
+        let args = lb_args(cluster_name, service, None);
+        self.call(
+            "get_load_balancer",
+            service_subject(service),
+            args,
+            |_, st| {
+                let key = service_key(service)?;
+                Ok(st
+                    .load_balancers
+                    .get(&key)
+                    .filter(|lb| lb.cluster_name == cluster_name)
+                    .map(|lb| self.ingress(lb.ingress_ip)))
+            },
+        )
         .await
     }
 
@@ -314,27 +418,34 @@ impl LoadBalancer for FakeCloud {
         service: &Service,
         hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
-        let status = self.ingress();
-        self.call("ensure_load_balancer", service_subject(service), |_, st| {
-            let key = service_key(service)?;
-            let ports = service
-                .spec
-                .as_ref()
-                .and_then(|s| s.ports.as_ref())
-                .map(|ports| ports.iter().map(|p| p.port).collect())
-                .unwrap_or_default();
-            let hosts = host_names(st, hosts);
-            st.load_balancers.insert(
-                key,
-                StoredLoadBalancer {
-                    name: ccm_core::default_load_balancer_name(service),
-                    hosts,
-                    ports,
-                    cluster_name: cluster_name.to_owned(),
-                },
-            );
-            Ok(status)
-        })
+        let args = lb_args(cluster_name, service, Some(hosts));
+        self.call(
+            "ensure_load_balancer",
+            service_subject(service),
+            args,
+            |_, st| {
+                let key = service_key(service)?;
+                let ports = service
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.ports.as_ref())
+                    .map(|ports| ports.iter().map(|p| p.port).collect())
+                    .unwrap_or_default();
+                let ingress_ip = self.ingress_ip_for(st, &key)?;
+                let hosts = host_names(st, hosts);
+                st.load_balancers.insert(
+                    key,
+                    StoredLoadBalancer {
+                        name: ccm_core::default_load_balancer_name(service),
+                        hosts,
+                        ports,
+                        cluster_name: cluster_name.to_owned(),
+                        ingress_ip,
+                    },
+                );
+                Ok(self.ingress(ingress_ip))
+            },
+        )
         .await
     }
 
@@ -344,23 +455,29 @@ impl LoadBalancer for FakeCloud {
         service: &Service,
         hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
-        self.call("update_load_balancer", service_subject(service), |_, st| {
-            let key = service_key(service)?;
-            let exists = st
-                .load_balancers
-                .get(&key)
-                .is_some_and(|lb| lb.cluster_name == cluster_name);
-            if !exists {
-                return Err(CloudError::msg(format!(
-                    "fake cloud: no load balancer for service {key} in cluster {cluster_name:?}"
-                )));
-            }
-            let hosts = host_names(st, hosts);
-            if let Some(lb) = st.load_balancers.get_mut(&key) {
-                lb.hosts = hosts;
-            }
-            Ok(())
-        })
+        let args = lb_args(cluster_name, service, Some(hosts));
+        self.call(
+            "update_load_balancer",
+            service_subject(service),
+            args,
+            |_, st| {
+                let key = service_key(service)?;
+                let exists = st
+                    .load_balancers
+                    .get(&key)
+                    .is_some_and(|lb| lb.cluster_name == cluster_name);
+                if !exists {
+                    return Err(CloudError::msg(format!(
+                        "fake cloud: no load balancer for service {key} in cluster {cluster_name:?}"
+                    )));
+                }
+                let hosts = host_names(st, hosts);
+                if let Some(lb) = st.load_balancers.get_mut(&key) {
+                    lb.hosts = hosts;
+                }
+                Ok(())
+            },
+        )
         .await
     }
 
@@ -369,9 +486,11 @@ impl LoadBalancer for FakeCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()> {
+        let args = lb_args(cluster_name, service, None);
         self.call(
             "ensure_load_balancer_deleted",
             service_subject(service),
+            args,
             |_, st| {
                 let key = service_key(service)?;
                 if st
@@ -379,6 +498,7 @@ impl LoadBalancer for FakeCloud {
                     .get(&key)
                     .is_some_and(|lb| lb.cluster_name == cluster_name)
                 {
+                    // Its ingress IP is free again with it.
                     st.load_balancers.remove(&key);
                 }
                 Ok(())
@@ -388,10 +508,23 @@ impl LoadBalancer for FakeCloud {
     }
 }
 
+fn route_args(
+    cluster_name: &str,
+    name_hint: Option<&str>,
+    route: &Route,
+) -> impl FnOnce(&mut State) -> CallArgs {
+    move |_| CallArgs::Route {
+        cluster_name: cluster_name.to_owned(),
+        name_hint: name_hint.map(str::to_owned),
+        route: route.clone(),
+    }
+}
+
 #[async_trait]
 impl Routes for FakeCloud {
     async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
-        self.call("list_routes", cluster_name, |cfg, st| {
+        let args = |_: &mut State| CallArgs::Cluster(cluster_name.to_owned());
+        self.call("list_routes", cluster_name, args, |cfg, st| {
             Ok(st
                 .routes
                 .values()
@@ -412,69 +545,82 @@ impl Routes for FakeCloud {
         name_hint: &str,
         route: &Route,
     ) -> CloudResult<()> {
-        self.call("create_route", route.destination_cidr.as_str(), |_, st| {
-            let base = format!("{cluster_name}-{name_hint}");
-            // The route controller passes the Node's UID as the hint for every pod CIDR of the
-            // Node (one per family on dual-stack), as Go does: a second CIDR under the same
-            // hint gets its own route instead of replacing the first. The route to this CIDR
-            // under this hint keeps its name, wherever the other family's route is, so creating
-            // it again (after a lost answer) replaces it instead of duplicating it.
-            let suffixed = format!(
-                "{base}-{}",
-                route.destination_cidr.replace(['/', ':', '.'], "-")
-            );
-            let holds_this_cidr = |name: &str| {
-                st.routes
-                    .get(name)
-                    .is_some_and(|r| r.route.destination_cidr == route.destination_cidr)
-            };
-            let name = if holds_this_cidr(&suffixed)
-                || (st.routes.contains_key(&base) && !holds_this_cidr(&base))
-            {
-                suffixed
-            } else {
-                base
-            };
-            st.routes.insert(
-                name.clone(),
-                StoredRoute {
-                    cluster: Some(cluster_name.to_owned()),
-                    route: Route {
-                        name,
-                        enable_node_addresses: false,
-                        blackhole: false,
-                        ..route.clone()
+        let args = route_args(cluster_name, Some(name_hint), route);
+        self.call(
+            "create_route",
+            route.destination_cidr.as_str(),
+            args,
+            |_, st| {
+                let base = format!("{cluster_name}-{name_hint}");
+                // The route controller passes the Node's UID as the hint for every pod CIDR of the
+                // Node (one per family on dual-stack), as Go does: a second CIDR under the same
+                // hint gets its own route instead of replacing the first. The route to this CIDR
+                // under this hint keeps its name, wherever the other family's route is, so creating
+                // it again (after a lost answer) replaces it instead of duplicating it.
+                let suffixed = format!(
+                    "{base}-{}",
+                    route.destination_cidr.replace(['/', ':', '.'], "-")
+                );
+                let holds_this_cidr = |name: &str| {
+                    st.routes
+                        .get(name)
+                        .is_some_and(|r| r.route.destination_cidr == route.destination_cidr)
+                };
+                let name = if holds_this_cidr(&suffixed)
+                    || (st.routes.contains_key(&base) && !holds_this_cidr(&base))
+                {
+                    suffixed
+                } else {
+                    base
+                };
+                st.routes.insert(
+                    name.clone(),
+                    StoredRoute {
+                        cluster: Some(cluster_name.to_owned()),
+                        route: Route {
+                            name,
+                            enable_node_addresses: false,
+                            blackhole: false,
+                            ..route.clone()
+                        },
                     },
-                },
-            );
-            Ok(())
-        })
+                );
+                Ok(())
+            },
+        )
         .await
     }
 
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
-        self.call("delete_route", route.destination_cidr.as_str(), |_, st| {
-            let visible = |r: &StoredRoute| r.cluster.as_deref().is_none_or(|c| c == cluster_name);
-            let key = if route.name.is_empty() {
-                st.routes
-                    .iter()
-                    .find(|(_, r)| {
-                        visible(r)
-                            && r.route.destination_cidr == route.destination_cidr
-                            && r.route.target_node == route.target_node
-                    })
-                    .map(|(k, _)| k.clone())
-            } else {
-                st.routes
-                    .get(&route.name)
-                    .filter(|r| visible(r))
-                    .map(|_| route.name.clone())
-            };
-            if let Some(key) = key {
-                st.routes.remove(&key);
-            }
-            Ok(())
-        })
+        let args = route_args(cluster_name, None, route);
+        self.call(
+            "delete_route",
+            route.destination_cidr.as_str(),
+            args,
+            |_, st| {
+                let visible =
+                    |r: &StoredRoute| r.cluster.as_deref().is_none_or(|c| c == cluster_name);
+                let key = if route.name.is_empty() {
+                    st.routes
+                        .iter()
+                        .find(|(_, r)| {
+                            visible(r)
+                                && r.route.destination_cidr == route.destination_cidr
+                                && r.route.target_node == route.target_node
+                        })
+                        .map(|(k, _)| k.clone())
+                } else {
+                    st.routes
+                        .get(&route.name)
+                        .filter(|r| visible(r))
+                        .map(|_| route.name.clone())
+                };
+                if let Some(key) = key {
+                    st.routes.remove(&key);
+                }
+                Ok(())
+            },
+        )
         .await
     }
 }
@@ -482,12 +628,14 @@ impl Routes for FakeCloud {
 #[async_trait]
 impl Clusters for FakeCloud {
     async fn list_clusters(&self) -> CloudResult<Vec<String>> {
-        self.call("list_clusters", "", |cfg, _| Ok(cfg.clusters.clone()))
+        let args = |_: &mut State| CallArgs::None;
+        self.call("list_clusters", "", args, |cfg, _| Ok(cfg.clusters.clone()))
             .await
     }
 
     async fn master(&self, cluster_name: &str) -> CloudResult<String> {
-        self.call("master", cluster_name, |cfg, _| {
+        let args = |_: &mut State| CallArgs::Cluster(cluster_name.to_owned());
+        self.call("master", cluster_name, args, |cfg, _| {
             if cfg.clusters.iter().any(|c| c == cluster_name) {
                 Ok(format!("https://{cluster_name}.fake.invalid:6443"))
             } else {

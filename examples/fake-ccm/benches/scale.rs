@@ -953,7 +953,12 @@ impl Ccm {
     async fn start(env: &Env, opts: &Opts, routes: bool) -> Ccm {
         let dir = std::env::temp_dir();
         let config = dir.join(format!("{}-fake-cloud.yaml", env.run));
-        std::fs::write(&config, format!("latency_ms: {}\n", opts.latency_ms)).unwrap();
+        // One ingress IP for every load balancer: the Services created `ready` carry it.
+        std::fs::write(
+            &config,
+            format!("latency_ms: {}\nlb_ip: {LB_IP}\n", opts.latency_ms),
+        )
+        .unwrap();
         let log = dir.join(format!("{}-fake-ccm.log", env.run));
         let port = free_port();
         let binary = env!("CARGO_BIN_EXE_fake-ccm");
