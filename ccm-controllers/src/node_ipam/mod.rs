@@ -254,15 +254,15 @@ pub async fn run_range_allocator(
     config: NodeIpamConfig,
 ) -> Result<(), ControllerError> {
     let pool = config.pool()?;
-    // Subscribe before reading the store, so no change falls in between.
-    let mut changes = ctx.nodes.subscribe();
-    let synced = tokio::select! {
+    // The subscription waits for the first list; every Node in the store then arrives once on
+    // it (as `Applied { old: None }`), then every change: nothing falls in between.
+    let changes = tokio::select! {
         () = ctx.shutdown.cancelled() => return Ok(()),
-        synced = ctx.nodes.wait_until_synced() => synced,
+        changes = ctx.nodes.subscribe() => changes,
     };
-    if !synced {
+    let Some(mut changes) = changes else {
         return Err(ControllerError::NotSynced(NAME));
-    }
+    };
     let metrics = PoolMetrics::register(&ctx.metrics);
     let recorder = ctx.recorder(EVENT_COMPONENT);
     let reconciler = Arc::new(NodeIpamSync::new(ctx.clone(), pool, recorder, metrics));
