@@ -18,6 +18,11 @@
 //! - **Legacy providers**: the by-provider-ID lookups are skipped when the node has no
 //!   providerID (Go calls them with an empty string), and an empty instance ID is an error
 //!   rather than the providerID `"<provider>://"`.
+//! - **Batched lookups**: with a provider offering
+//!   [`InstancesBatch`](ccm_core::InstancesBatch), the Nodes initialised within 100 ms of each
+//!   other are looked up in one `describe_instances` call (at most `max_batch_size` Nodes), and
+//!   the periodic refresh asks every initialised Node in calls of `max_batch_size`. A Node
+//!   missing from an answer is asked alone; a `Retry` of a call delays every Node of it.
 //! - **Address change detection** is exact within each address type (Go's map-based check
 //!   misses changes between lists holding several addresses of one type).
 

@@ -57,7 +57,7 @@ const STALE_COPY_RECHECK: Duration = Duration::from_secs(2);
 /// With a batching provider, how long the first Node of an initialisation burst waits for
 /// others to be looked up in the same `describe_instances` call (a call goes out earlier when
 /// `max_batch_size` Nodes are waiting).
-pub(crate) const INIT_BATCH_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const INIT_BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
