@@ -42,6 +42,7 @@ pub mod controllers_flag;
 mod error;
 pub mod events;
 pub mod informer;
+mod instance_batch;
 pub mod leader;
 pub mod metrics;
 pub mod node_ipam;

@@ -12,6 +12,12 @@
 //!   under the same name is never deleted by a decision about its predecessor.
 //! - **Parallel checks**: the NotReady nodes of one pass are checked concurrently, at most
 //!   [`NodeLifecycleConfig::workers`] at a time (Go: one after another).
+//! - **Batched checks**: with a provider offering
+//!   [`InstancesBatch`](ccm_core::InstancesBatch), the NotReady Nodes of one pass are asked in
+//!   `describe_instances` calls of up to `max_batch_size` Nodes (existence and shutdown in one
+//!   answer) instead of one or two calls per Node. The deletion rule is the same; a Node
+//!   missing from an answer, an `Error` answer and a failed call are errors (the Node is
+//!   skipped for this pass, never deleted).
 //! - **Legacy providers**: a node without providerID gets `<provider>://<instance_id>` passed
 //!   to `instance_exists_by_provider_id` (Go passes the bare instance ID); an empty instance ID
 //!   is an error, not "gone" (Go assumes the instance is gone); a node that has a providerID is
@@ -41,6 +47,7 @@ use crate::cloud_node::plan::SpecUpdate;
 use crate::context::ControllerContext;
 use crate::error::ControllerError;
 use crate::events::EventRecorder;
+use crate::instance_batch::{self, plan::lifecycle_lookup};
 use crate::metrics::MetricsRegistry;
 
 use self::plan::{Answer, ExistsStep, ReadyStep};
@@ -146,6 +153,9 @@ struct Lifecycle {
     first_gone: Mutex<HashMap<String, (String, Instant)>>,
 }
 
+/// A Node's `instance_exists` and `instance_shutdown` answers read from a batch call.
+type BatchAnswer = (Result<bool, CloudError>, Result<bool, CloudError>);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -230,9 +240,34 @@ impl Lifecycle {
                 nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
             lock(&self.first_gone).retain(|name, (u, _)| present.get(name) == Some(u));
         }
+        // With a batching provider, the Nodes to check are asked in `describe_instances`
+        // calls of up to `max_batch_size` Nodes (existence and shutdown in one answer). A
+        // whole-call Retry is not retried within the pass: every Node of that call is skipped
+        // and asked again in the next pass.
+        let to_check: Vec<_> = nodes
+            .iter()
+            .filter(|n| plan::plan_ready(n) == ReadyStep::CheckExists)
+            .cloned()
+            .collect();
+        let mut answers = if to_check.is_empty() {
+            None
+        } else {
+            instance_batch::describe_all(self.ctx.cloud.as_ref(), to_check, 0, &self.ctx.shutdown)
+                .await
+        };
+        let nodes: Vec<_> = nodes
+            .into_iter()
+            .map(|node| {
+                let answer = answers
+                    .as_mut()
+                    .and_then(|a| a.remove(&node.name_any()))
+                    .and_then(lifecycle_lookup);
+                (node, answer)
+            })
+            .collect();
         futures::stream::iter(nodes)
-            .for_each_concurrent(self.config.workers, |node| async move {
-                self.check(&node).await;
+            .for_each_concurrent(self.config.workers, |(node, answer)| async move {
+                self.check(&node, answer).await;
             })
             .await;
         self.metrics
@@ -240,7 +275,9 @@ impl Lifecycle {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    async fn check(&self, node: &Node) {
+    /// Checks one Node. `batch_answer` holds the answers of `instance_exists` and
+    /// `instance_shutdown` read from a batch call, `None` to ask them with single calls.
+    async fn check(&self, node: &Node, batch_answer: Option<BatchAnswer>) {
         let name = node.name_any();
         match plan::plan_ready(node) {
             ReadyStep::Nothing => {
@@ -252,7 +289,10 @@ impl Lifecycle {
                 self.patch_taints(node, false).await;
             }
             ReadyStep::CheckExists => {
-                let exists = instance_exists(self.ctx.cloud.as_ref(), node).await;
+                let (exists, batch_shutdown) = match batch_answer {
+                    Some((exists, shutdown)) => (exists, Some(shutdown)),
+                    None => (instance_exists(self.ctx.cloud.as_ref(), node).await, None),
+                };
                 if let Err(error) = &exists {
                     tracing::warn!(node = %name, %error, "error checking if node exists");
                 }
@@ -279,7 +319,10 @@ impl Lifecycle {
                     ExistsStep::Delete => self.delete(node).await,
                     ExistsStep::CheckShutdown => {
                         self.forget(node);
-                        let shutdown = instance_shutdown(self.ctx.cloud.as_ref(), node).await;
+                        let shutdown = match batch_shutdown {
+                            Some(shutdown) => shutdown,
+                            None => instance_shutdown(self.ctx.cloud.as_ref(), node).await,
+                        };
                         if let Err(error) = &shutdown {
                             tracing::warn!(node = %name, %error, "error checking if node is shutdown");
                         }
