@@ -22,7 +22,8 @@ use ccm_testing::fake_cloud::{FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
 
 mod node_common;
-use node_common::{RUN_LABEL, Running, TIMEOUT, Test};
+use ccm_testing::harness::ControllerHarness;
+use node_common::{RUN_LABEL, TIMEOUT, Test};
 
 fn tainted(t: &Test, name: &str) -> NodeBuilder {
     kubelet_node(name).label(RUN_LABEL, &t.run)
@@ -59,11 +60,18 @@ fn quiet() -> CloudNodeConfig {
     }
 }
 
-fn run_cloud_node(t: &Test, cloud: Arc<dyn CloudProvider>, config: CloudNodeConfig) -> Running {
-    t.spawn(cloud, |ctx| cloud_node::run(ctx, config))
+async fn run_cloud_node(
+    t: &Test,
+    cloud: Arc<dyn CloudProvider>,
+    config: CloudNodeConfig,
+) -> ControllerHarness {
+    t.start_controller(cloud, cloud_node::CONTROLLER_NAME, move |ctx| {
+        cloud_node::run(ctx, config.clone())
+    })
+    .await
 }
 
-fn run_lifecycle(t: &Test, cloud: Arc<dyn CloudProvider>) -> Running {
+async fn run_lifecycle(t: &Test, cloud: Arc<dyn CloudProvider>) -> ControllerHarness {
     let config = NodeLifecycleConfig {
         monitor_period: Duration::from_millis(200),
         // Delete on the first "gone" answer (Go's rule): the strictest setting for a Node that
@@ -71,7 +79,10 @@ fn run_lifecycle(t: &Test, cloud: Arc<dyn CloudProvider>) -> Running {
         deletion_grace_period: Duration::ZERO,
         ..NodeLifecycleConfig::default()
     };
-    t.spawn(cloud, |ctx| node_lifecycle::run(ctx, config))
+    t.start_controller(cloud, node_lifecycle::CONTROLLER_NAME, move |ctx| {
+        node_lifecycle::run(ctx, config.clone())
+    })
+    .await
 }
 
 async fn wait_initialised(t: &Test, name: &str) {
@@ -138,7 +149,7 @@ async fn an_initialisation_burst_costs_one_describe_call_per_max_batch_size_node
     for name in &names {
         t.create(&tainted(&t, name).build()).await;
     }
-    let running = run_cloud_node(&t, fake.provider(), quiet());
+    let running = run_cloud_node(&t, fake.provider(), quiet()).await;
     for name in &names {
         wait_initialised(&t, name).await;
     }
@@ -159,7 +170,7 @@ async fn an_initialisation_burst_costs_one_describe_call_per_max_batch_size_node
         (3..=4).contains(&sizes.len()),
         "describe_instances calls: {sizes:?}"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -178,7 +189,7 @@ async fn a_retry_of_the_batch_call_delays_every_node_of_it() {
     for name in &names {
         t.create(&tainted(&t, name).build()).await;
     }
-    let running = run_cloud_node(&t, fake.provider(), quiet());
+    let running = run_cloud_node(&t, fake.provider(), quiet()).await;
     assert!(
         eventually(TIMEOUT, || async {
             fake.call_count("describe_instances") >= 1
@@ -206,7 +217,7 @@ async fn a_retry_of_the_batch_call_delays_every_node_of_it() {
             "no Warning for a Retry"
         );
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -221,7 +232,7 @@ async fn a_node_missing_from_the_batch_answer_is_asked_alone_at_initialisation()
         fake: fake.clone(),
         drop: vec![dropped.clone()],
     });
-    let running = run_cloud_node(&t, cloud, quiet());
+    let running = run_cloud_node(&t, cloud, quiet()).await;
     wait_initialised(&t, &kept).await;
     wait_initialised(&t, &dropped).await;
     let singles: Vec<String> = fake
@@ -239,7 +250,7 @@ async fn a_node_missing_from_the_batch_answer_is_asked_alone_at_initialisation()
         vec![dropped.clone()],
         "only the unknown Node is asked alone"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -252,7 +263,7 @@ async fn describe_not_implemented_falls_back_to_single_calls_for_good() {
     for name in &names[..2] {
         t.create(&tainted(&t, name).build()).await;
     }
-    let running = run_cloud_node(&t, fake.provider(), quiet());
+    let running = run_cloud_node(&t, fake.provider(), quiet()).await;
     for name in &names[..2] {
         wait_initialised(&t, name).await;
     }
@@ -268,7 +279,7 @@ async fn describe_not_implemented_falls_back_to_single_calls_for_good() {
         1,
         "not asked again once NotImplemented"
     );
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -305,7 +316,8 @@ async fn the_periodic_address_refresh_asks_in_batches() {
             status_update_frequency: Duration::from_millis(500),
             ..CloudNodeConfig::default()
         },
-    );
+    )
+    .await;
     for (name, want) in names.iter().zip(&expected) {
         wait_for(&t.nodes, name, TIMEOUT, |n: &Node| addresses(n) == *want)
             .await
@@ -327,7 +339,7 @@ async fn the_periodic_address_refresh_asks_in_batches() {
         first_period.sort_unstable();
         assert_eq!(first_period, vec![2, 4]);
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
 
@@ -354,7 +366,7 @@ async fn lifecycle_checks_in_batches_and_never_deletes_a_node_missing_from_the_a
         fake: fake.clone(),
         drop: vec![dropped.clone()],
     });
-    let running = run_lifecycle(&t, cloud);
+    let running = run_lifecycle(&t, cloud).await;
 
     wait_for_deletion(&t.nodes, &gone, TIMEOUT).await.unwrap();
     wait_for(&t.nodes, &stopped, TIMEOUT, |n: &Node| {
@@ -382,6 +394,6 @@ async fn lifecycle_checks_in_batches_and_never_deletes_a_node_missing_from_the_a
             "{op} called: the checks are batched"
         );
     }
-    running.stop().await;
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
