@@ -1,0 +1,242 @@
+//! Go-style table tests: one table per controller, each case the objects given, the cloud's
+//! chosen answers per Node (`FakeCloud`'s `.node(..)`), the cloud calls expected with their
+//! arguments (`FakeCloud::calls_of`) and the API writes expected (the in-process API server's
+//! request log), as in k8s.io/cloud-provider's controller tests. Each case runs the real
+//! controller through `ControllerHarness` on its own in-process API server.
+//!
+//! The request log exists only on the in-process server, so these tests skip when
+//! `CCM_TEST_KUBECONFIG` names a real cluster.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use ccm_core::NodeAddress;
+use ccm_core::well_known::{
+    LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_UNINITIALIZED,
+};
+use ccm_testing::apiserver::{ApiServer, RequestFilter};
+use ccm_testing::builders::kubelet_node;
+use ccm_testing::fake_cloud::{CallArgs, FakeCloud, NodeAnswer};
+use ccm_testing::harness::ControllerHarness;
+use ccm_testing::{KUBECONFIG_ENV, TestCluster};
+use serde_json::{Value, json};
+
+/// True (after saying why) when the tests run against a real cluster, which has no request log.
+fn skip_on_real_cluster(test: &str) -> bool {
+    if std::env::var_os(KUBECONFIG_ENV).is_some() {
+        println!("{test}: skipped, the request log exists only on the in-process API server");
+        return true;
+    }
+    false
+}
+
+/// One API write: `verb resource_path name` and the body sent.
+#[derive(Debug, PartialEq)]
+struct Write {
+    what: String,
+    body: Value,
+}
+
+fn write(what: &str, body: Value) -> Write {
+    Write {
+        what: what.into(),
+        body,
+    }
+}
+
+/// The writes made since the log was last cleared, Events left out (they are written
+/// asynchronously), each body with the object UIDs of `uids` replaced by `<uid>` so a table can
+/// state them.
+fn writes(server: &ApiServer, uids: &[String]) -> Vec<Write> {
+    server
+        .requests_matching(&RequestFilter::new().writes())
+        .into_iter()
+        .filter(|w| w.resource != "events")
+        .map(|w| {
+            let mut body = serde_json::to_string(&w.body.clone().unwrap_or(Value::Null)).unwrap();
+            for uid in uids {
+                body = body.replace(uid.as_str(), "<uid>");
+            }
+            Write {
+                what: format!(
+                    "{} {} {}",
+                    w.verb,
+                    w.resource_path(),
+                    w.name.as_deref().unwrap_or("")
+                ),
+                body: serde_json::from_str(&body).unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Every call the cloud received, in order, as `(operation, arguments)` (`initialize` left out).
+fn cloud_calls(cloud: &FakeCloud) -> Vec<(String, CallArgs)> {
+    cloud
+        .call_log()
+        .into_iter()
+        .filter(|c| c.operation != "initialize")
+        .map(|c| (c.operation, c.args))
+        .collect()
+}
+
+/// The cloud calls a case expects.
+#[derive(Debug)]
+enum Calls {
+    /// Exactly these, in this order.
+    Exactly(Vec<(String, CallArgs)>),
+    /// This call, failing and retried with backoff: made at least once, nothing else made
+    /// (how often depends on how long the retries ran).
+    Retried((String, CallArgs)),
+}
+
+impl Calls {
+    fn check(&self, case: &str, calls: &[(String, CallArgs)]) {
+        match self {
+            Calls::Exactly(expected) => assert_eq!(calls, expected, "case {case}: cloud calls"),
+            Calls::Retried(expected) => assert!(
+                !calls.is_empty() && calls.iter().all(|c| c == expected),
+                "case {case}: expected only {expected:?}, retried; got {calls:?}"
+            ),
+        }
+    }
+}
+
+fn call(op: &str, args: CallArgs) -> (String, CallArgs) {
+    (op.into(), args)
+}
+
+/// The arguments of an `InstancesV2` call for Node `name`.
+fn node_args(name: &str, provider_id: Option<&str>) -> CallArgs {
+    CallArgs::Node {
+        name: name.into(),
+        provider_id: provider_id.map(Into::into),
+    }
+}
+
+/// Prints what a case saw, for the captured output of a failing case.
+fn dump(case: &str, calls: &[(String, CallArgs)], writes: &[Write]) {
+    println!("case {case}: cloud calls {calls:?}");
+    for w in writes {
+        println!("case {case}: {} {}", w.what, w.body);
+    }
+}
+
+fn internal_ip(ip: &str) -> NodeAddress {
+    NodeAddress {
+        type_: "InternalIP".into(),
+        address: ip.into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// cloud-node
+
+struct CloudNodeCase {
+    name: &'static str,
+    /// The cloud's answer for Node `n1` (kubelet-registered, carrying the uninitialized taint).
+    answer: NodeAnswer,
+    /// The cloud calls expected.
+    calls: Calls,
+    /// The API writes expected, in order.
+    writes: Vec<Write>,
+}
+
+#[tokio::test]
+async fn cloud_node_table() {
+    if skip_on_real_cluster("cloud_node_table") {
+        return;
+    }
+    let uninitialized =
+        json!({"effect": "NoSchedule", "key": TAINT_UNINITIALIZED, "value": "true"});
+    let not_ready = json!({"effect": "NoSchedule", "key": "node.kubernetes.io/not-ready"});
+    let cases = vec![
+        CloudNodeCase {
+            name: "provider ID, topology labels and addresses from the cloud",
+            answer: NodeAnswer {
+                provider_id: Some("fake://i-0001".into()),
+                addresses: Some(vec![internal_ip("10.0.0.1")]),
+                instance_type: Some("m5.large".into()),
+                zone: Some("eu-1b".into()),
+                region: Some("eu-1".into()),
+                ..Default::default()
+            },
+            calls: Calls::Exactly(vec![call("instance_metadata", node_args("n1", None))]),
+            writes: vec![
+                // The cloud's addresses, the kubelet's Hostname kept.
+                write(
+                    "patch nodes/status n1",
+                    json!({"metadata": {"uid": "<uid>"}, "status": {"addresses": [
+                        {"address": "10.0.0.1", "type": "InternalIP"},
+                        {"address": "n1", "type": "Hostname"},
+                    ]}}),
+                ),
+                // Labels (GA and beta), provider ID and the taint removed in one patch,
+                // guarded by `test` ops on what it read.
+                write(
+                    "patch nodes n1",
+                    json!([
+                        {"op": "test", "path": "/metadata/uid", "value": "<uid>"},
+                        {"op": "test", "path": "/metadata/labels/beta.kubernetes.io~1instance-type", "value": null},
+                        {"op": "test", "path": "/metadata/labels/failure-domain.beta.kubernetes.io~1region", "value": null},
+                        {"op": "test", "path": "/metadata/labels/failure-domain.beta.kubernetes.io~1zone", "value": null},
+                        {"op": "test", "path": "/metadata/labels/node.kubernetes.io~1instance-type", "value": null},
+                        {"op": "test", "path": "/metadata/labels/topology.kubernetes.io~1region", "value": null},
+                        {"op": "test", "path": "/metadata/labels/topology.kubernetes.io~1zone", "value": null},
+                        {"op": "test", "path": "/spec/providerID", "value": null},
+                        {"op": "test", "path": "/spec/taints", "value": [uninitialized, not_ready]},
+                        {"op": "add", "path": "/metadata/labels/beta.kubernetes.io~1instance-type", "value": "m5.large"},
+                        {"op": "add", "path": "/metadata/labels/failure-domain.beta.kubernetes.io~1region", "value": "eu-1"},
+                        {"op": "add", "path": "/metadata/labels/failure-domain.beta.kubernetes.io~1zone", "value": "eu-1b"},
+                        {"op": "add", "path": format!("/metadata/labels/{}", LABEL_INSTANCE_TYPE.replace('/', "~1")), "value": "m5.large"},
+                        {"op": "add", "path": format!("/metadata/labels/{}", LABEL_TOPOLOGY_REGION.replace('/', "~1")), "value": "eu-1"},
+                        {"op": "add", "path": format!("/metadata/labels/{}", LABEL_TOPOLOGY_ZONE.replace('/', "~1")), "value": "eu-1b"},
+                        {"op": "add", "path": "/spec/providerID", "value": "fake://i-0001"},
+                        {"op": "add", "path": "/spec/taints", "value": [not_ready]},
+                    ]),
+                ),
+            ],
+        },
+        CloudNodeCase {
+            name: "gone from the cloud: not initialised, taint kept",
+            answer: NodeAnswer {
+                exists: Some(false),
+                ..Default::default()
+            },
+            // Go: the metadata lookup fails, the Node is requeued; nothing is written.
+            calls: Calls::Retried(call("instance_metadata", node_args("n1", None))),
+            writes: vec![],
+        },
+        CloudNodeCase {
+            name: "cloud lookup fails: not initialised, taint kept",
+            answer: NodeAnswer {
+                error: Some("instance API down".into()),
+                ..Default::default()
+            },
+            // Go: the metadata lookup fails, the Node is requeued; nothing is written.
+            calls: Calls::Retried(call("instance_metadata", node_args("n1", None))),
+            writes: vec![],
+        },
+    ];
+    for case in cases {
+        let cluster = TestCluster::start().await;
+        let server = cluster.api_server().unwrap();
+        let cloud = FakeCloud::builder().node("n1", case.answer.clone()).build();
+        let uid = cluster
+            .create(&kubelet_node("n1").build())
+            .await
+            .metadata
+            .uid
+            .unwrap();
+        server.clear_requests();
+        let harness = ControllerHarness::builder(&cluster, cloud.provider())
+            .cloud_node()
+            .start()
+            .await;
+        harness.settled().await;
+        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[uid]));
+        dump(case.name, &calls, &writes);
+        case.calls.check(case.name, &calls);
+        assert_eq!(writes, case.writes, "case {}: API writes", case.name);
+        harness.stop().await.unwrap();
+        cluster.cleanup().await;
+    }
+}
