@@ -11,17 +11,21 @@
 use std::time::Duration;
 
 use ccm_controllers::node_lifecycle::{self, NodeLifecycleConfig};
-use ccm_core::NodeAddress;
 use ccm_core::well_known::{
+    FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS,
     LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_SHUTDOWN,
     TAINT_UNINITIALIZED,
 };
+use ccm_core::{CloudProvider, NodeAddress};
 use ccm_testing::apiserver::{ApiServer, RequestFilter};
-use ccm_testing::builders::kubelet_node;
+use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::{CallArgs, FakeCloud, NodeAnswer};
 use ccm_testing::harness::ControllerHarness;
 use ccm_testing::wait::eventually;
 use ccm_testing::{KUBECONFIG_ENV, TestCluster};
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
 /// True (after saying why) when the tests run against a real cluster, which has no request log.
@@ -48,17 +52,17 @@ fn write(what: &str, body: Value) -> Write {
 }
 
 /// The writes made since the log was last cleared, Events left out (they are written
-/// asynchronously), each body with the object UIDs of `uids` replaced by `<uid>` so a table can
-/// state them.
-fn writes(server: &ApiServer, uids: &[String]) -> Vec<Write> {
+/// asynchronously), each body with the JSON strings `placeholders` name (values that differ per
+/// run: UIDs, resourceVersions) replaced by their placeholders, so a table can state them.
+fn writes(server: &ApiServer, placeholders: &[(&str, &str)]) -> Vec<Write> {
     server
         .requests_matching(&RequestFilter::new().writes())
         .into_iter()
         .filter(|w| w.resource != "events")
         .map(|w| {
             let mut body = serde_json::to_string(&w.body.clone().unwrap_or(Value::Null)).unwrap();
-            for uid in uids {
-                body = body.replace(uid.as_str(), "<uid>");
+            for (value, placeholder) in placeholders {
+                body = body.replace(&format!("\"{value}\""), &format!("\"{placeholder}\""));
             }
             Write {
                 what: format!(
@@ -245,7 +249,7 @@ async fn cloud_node_table() {
             .start()
             .await;
         harness.settled().await;
-        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[uid]));
+        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[(&uid, "<uid>")]));
         dump(case.name, &calls, &writes);
         case.calls.check(case.name, &calls);
         assert_eq!(writes, case.writes, "case {}: API writes", case.name);
@@ -378,7 +382,154 @@ async fn node_lifecycle_table() {
         .await;
         harness.settled().await;
         harness.stop().await.unwrap();
-        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[uid]));
+        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[(&uid, "<uid>")]));
+        dump(case.name, &calls, &writes);
+        case.calls.check(case.name, &calls);
+        assert_eq!(writes, case.writes, "case {}: API writes", case.name);
+        cluster.cleanup().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// service
+
+struct ServiceCase {
+    name: &'static str,
+    /// The Service `default/web` given.
+    service: Service,
+    /// Whether the Service is deleted before the controller starts.
+    deleted: bool,
+    /// The cloud calls expected, in order.
+    calls: Calls,
+    /// The API writes expected, in order.
+    writes: Vec<Write>,
+}
+
+#[tokio::test]
+async fn service_table() {
+    if skip_on_real_cluster("service_table") {
+        return;
+    }
+    let lb_args = |hosts: &[&str]| CallArgs::LoadBalancer {
+        cluster_name: "kubernetes".into(),
+        service: "default/web".into(),
+        hosts: Some(hosts.iter().map(|h| h.to_string()).collect()),
+    };
+    // The arguments of the load-balancer calls without hosts.
+    let lb_call = || CallArgs::LoadBalancer {
+        cluster_name: "kubernetes".into(),
+        service: "default/web".into(),
+        hosts: None,
+    };
+    let cases = vec![
+        ServiceCase {
+            name: "load balancer ensured with every Node but the excluded one",
+            service: load_balancer_service("default", "web").build(),
+            deleted: false,
+            calls: Calls::Exactly(vec![call("ensure_load_balancer", lb_args(&["n1", "n2"]))]),
+            // As Go's PatchService: the cleanup finalizer first, then the status, both through
+            // the status subresource; the first IP of FakeCloud's range.
+            writes: vec![
+                write(
+                    "patch services/status web",
+                    json!([
+                        {"op": "test", "path": "/metadata/resourceVersion", "value": "<rv>"},
+                        {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]},
+                    ]),
+                ),
+                write(
+                    "patch services/status web",
+                    json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}}}),
+                ),
+            ],
+        },
+        ServiceCase {
+            name: "deleted Service whose load balancer exists: load balancer deleted, finalizer removed",
+            service: load_balancer_service("default", "web")
+                .finalizer(FINALIZER_LOAD_BALANCER_CLEANUP)
+                .build(),
+            deleted: true,
+            // Go: GetLoadBalancer, and EnsureLoadBalancerDeleted only when it exists.
+            calls: Calls::Exactly(vec![
+                call("get_load_balancer", lb_call()),
+                call("ensure_load_balancer_deleted", lb_call()),
+            ]),
+            writes: vec![write(
+                "patch services/status web",
+                json!([
+                    {"op": "test", "path": "/metadata/resourceVersion", "value": "<rv>"},
+                    {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER_LOAD_BALANCER_CLEANUP},
+                    {"op": "remove", "path": "/metadata/finalizers/0"},
+                ]),
+            )],
+        },
+        ServiceCase {
+            name: "ClusterIP Service: no load balancer",
+            service: load_balancer_service("default", "web")
+                .type_("ClusterIP")
+                .build(),
+            deleted: false,
+            calls: Calls::Exactly(vec![]),
+            writes: vec![],
+        },
+        ServiceCase {
+            name: "another load-balancer class: left to its controller",
+            service: load_balancer_service("default", "web")
+                .load_balancer_class("example.com/other")
+                .build(),
+            deleted: false,
+            calls: Calls::Exactly(vec![]),
+            writes: vec![],
+        },
+    ];
+    for case in cases {
+        let cluster = TestCluster::start().await;
+        let server = cluster.api_server().unwrap();
+        let cloud = FakeCloud::default();
+        let initialised = |name: &str| {
+            kubelet_node(name)
+                .without_uninitialized_taint()
+                .provider_id(&format!("fake://{name}"))
+        };
+        cluster.create(&initialised("n1").build()).await;
+        cluster.create(&initialised("n2").build()).await;
+        cluster
+            .create(
+                &initialised("n3")
+                    .label(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, "")
+                    .build(),
+            )
+            .await;
+        let created = cluster.create(&case.service).await;
+        let mut rv = created.metadata.resource_version.clone().unwrap();
+        if case.deleted {
+            // The load balancer made before the Service was deleted.
+            let lb = cloud.load_balancer().unwrap();
+            lb.ensure_load_balancer("kubernetes", &created, &[])
+                .await
+                .unwrap();
+            cloud.reset_calls();
+            let services: Api<Service> = Api::namespaced(cluster.client(), "default");
+            services
+                .delete("web", &DeleteParams::default())
+                .await
+                .unwrap();
+            rv = services
+                .get("web")
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap();
+        }
+        server.clear_requests();
+        let harness = ControllerHarness::builder(&cluster, cloud.provider())
+            .service()
+            .start()
+            .await;
+        harness.settled().await;
+        harness.stop().await.unwrap();
+        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[(&rv, "<rv>")]));
         dump(case.name, &calls, &writes);
         case.calls.check(case.name, &calls);
         assert_eq!(writes, case.writes, "case {}: API writes", case.name);
