@@ -1,12 +1,16 @@
 //! Go-style table tests: one table per controller, each case the objects given, the cloud's
 //! chosen answers per Node (`FakeCloud`'s `.node(..)`), the cloud calls expected with their
-//! arguments (`FakeCloud::calls_of`) and the API writes expected (the in-process API server's
-//! request log), as in k8s.io/cloud-provider's controller tests. Each case runs the real
-//! controller through `ControllerHarness` on its own in-process API server.
+//! arguments (`FakeCloud::call_log`) and the API writes expected with their bodies (the
+//! in-process API server's request log), as in k8s.io/cloud-provider's controller tests. Each
+//! case runs the real controller through `ControllerHarness` on its own in-process API server;
+//! the log is cleared once the case's objects are created, so every write left in it is the
+//! controller's (the harness's controllers share the test's client and send no per-controller
+//! user agent, so `RequestFilter::user_agent_suffix` cannot pick them out).
 //!
 //! The request log exists only on the in-process server, so these tests skip when
 //! `CCM_TEST_KUBECONFIG` names a real cluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+// Printing is the point here: the skip message, and what a case saw in a failing test's output.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::time::Duration;
 
@@ -127,7 +131,7 @@ impl Calls {
             Calls::Exactly(expected) => assert_eq!(calls, expected, "case {case}: cloud calls"),
             Calls::Repeated(expected, at_least) => assert!(
                 calls.len() >= expected.len() * at_least
-                    && calls.len() % expected.len() == 0
+                    && calls.len().is_multiple_of(expected.len())
                     && calls
                         .chunks(expected.len())
                         .all(|c| c == expected.as_slice()),
