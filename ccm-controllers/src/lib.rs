@@ -24,9 +24,9 @@
 //!
 //! [`run()`] parses Go-compatible flags ([`options`]), sets up logging (`-v`, `--log-format`),
 //! reads `--cloud-config`, builds the provider named by `--cloud-provider`, wraps it in the
-//! cloud-call budget ([`budget`](machinery::budget)), builds the Kubernetes client ([`client`](runtime::client)), serves `/healthz`,
-//! `/livez`, `/readyz` and `/metrics` ([`health`](runtime::health)) over HTTPS with delegated authentication
-//! ([`secure_serving`]), elects a leader ([`leader`](runtime::leader)) and, while
+//! cloud-call budget ([`BudgetedProvider`]), builds the Kubernetes clients ([`ClientFactory`]), serves
+//! `/healthz`, `/livez`, `/readyz` and `/metrics` over HTTPS with delegated authentication
+//! ([`secure_serving`]), elects a leader (a `coordination.k8s.io` Lease) and, while
 //! leading, runs the enabled controllers until SIGTERM/SIGINT; it returns the exit code.
 //! [`Builder`] adds the vendor's own flags (flattened clap `Args`), its own controllers (which get
 //! the same [`ControllerContext`]) and changed defaults, without forking.

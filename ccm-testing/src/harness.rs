@@ -276,6 +276,8 @@ impl HarnessBuilder {
                 identity: HARNESS_IDENTITY.to_owned(),
                 strip_node: ccm_controllers::strip_node,
                 events,
+                // One client for every controller: the harness has the test's client, not a
+                // kubeconfig to make per-controller clients from.
                 clients: None,
             },
             &self.scope,

@@ -143,10 +143,14 @@ async fn kubectl_and_kube_clients_work_against_ccm_apiserver() {
             "jsonpath={.spec.taints[*].key}",
         ],
     );
-    assert_eq!(
-        String::from_utf8_lossy(&taints.stdout),
-        "node.cloudprovider.kubernetes.io/uninitialized"
+    // As kube-apiserver does, the server's admission also adds `node.kubernetes.io/not-ready`.
+    let keys = String::from_utf8_lossy(&taints.stdout).into_owned();
+    let keys: Vec<&str> = keys.split_whitespace().collect();
+    assert!(
+        keys.contains(&"node.cloudprovider.kubernetes.io/uninitialized"),
+        "{keys:?}"
     );
+    assert!(keys.contains(&"node.kubernetes.io/not-ready"), "{keys:?}");
     kubectl(&kubeconfig, &["label", "node", "worker-2", "smoke=test"]);
     let labelled = kubectl(
         &kubeconfig,

@@ -207,7 +207,7 @@ impl std::fmt::Debug for EventBroadcaster {
 }
 
 impl EventBroadcaster {
-    /// A queue of [`DEFAULT_QUEUE_CAPACITY`] Events, reported as from `instance` (the
+    /// A queue of 1,000 Events, reported as from `instance` (the
     /// leader-election identity, or the hostname), and its writer, which does nothing until
     /// [`EventWriter::run`] is spawned. Registers `event_recorder_events` in `metrics` (once
     /// per registry).
@@ -433,7 +433,7 @@ impl InFlight {
 impl EventWriter {
     /// Tries each Event at most `max_tries` times (at least 1: no retry), sleeping
     /// `sleep_duration` between tries, the first sleep a random fraction of it. Defaults:
-    /// [`MAX_TRIES_PER_EVENT`] and [`DEFAULT_SLEEP_DURATION`], client-go's values.
+    /// [`MAX_TRIES_PER_EVENT`] and 10 s, client-go's values.
     pub fn with_retries(mut self, max_tries: u32, sleep_duration: Duration) -> Self {
         self.max_tries = max_tries.max(1);
         self.sleep = sleep_duration;

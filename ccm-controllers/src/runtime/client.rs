@@ -151,7 +151,7 @@ pub fn user_agent(version: &str, name: &str) -> String {
 /// Without `--use-service-account-credentials` every client has the root credentials (those
 /// of `--kubeconfig`, or in-cluster). With it, [`ClientFactory::client_for`] gives a client
 /// that authenticates as ServiceAccount `kube-system/<name>` (created if missing) with tokens
-/// of its TokenRequest API (see [`ServiceAccountTokens`]); the root client asks for them. The
+/// of its TokenRequest API (`ServiceAccountTokens`); the root client asks for them. The
 /// root and informer clients keep the root credentials either way. Cheap to clone.
 #[derive(Clone)]
 pub struct ClientFactory {
@@ -233,7 +233,7 @@ impl ClientFactory {
     }
 
     /// A new client with the root credentials whose user agent ends in `name` (e.g.
-    /// [`INFORMERS_CLIENT_NAME`]), whatever `--use-service-account-credentials` says.
+    /// `shared-informers`), whatever `--use-service-account-credentials` says.
     pub fn root_credentials_client(&self, name: &str) -> Result<Client, ClientError> {
         let i = &self.inner;
         build_with(

@@ -46,7 +46,7 @@ impl StartArgs {
         }
     }
 
-    /// The vendor's own flags, as added with [`Builder::with_args`]; `None` if `V` is not that
+    /// The vendor's own flags, as added with [`Builder::with_args`](crate::Builder::with_args); `None` if `V` is not that
     /// type.
     pub fn vendor<V: 'static>(&self) -> Option<&V> {
         self.vendor.downcast_ref::<V>()
@@ -132,7 +132,7 @@ impl ControllerEntry {
     }
 }
 
-/// No vendor flags (the default of [`Builder`]).
+/// No vendor flags (the default of [`Builder`](crate::Builder)).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoArgs;
 

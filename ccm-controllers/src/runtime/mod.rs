@@ -294,7 +294,8 @@ where
     }
 
     /// The number of worker threads of the runtime [`Builder::run`] starts, instead of
-    /// [`default_worker_threads`].
+    /// the default: `TOKIO_WORKER_THREADS` when set to a positive number,
+    /// else the machine's parallelism capped at 2.
     pub fn worker_threads(mut self, threads: usize) -> Self {
         self.worker_threads = Some(threads.max(1));
         self

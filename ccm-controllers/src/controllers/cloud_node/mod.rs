@@ -18,6 +18,11 @@
 //! - **Legacy providers**: the by-provider-ID lookups are skipped when the node has no
 //!   providerID (Go calls them with an empty string), and an empty instance ID is an error
 //!   rather than the providerID `"<provider>://"`.
+//! - **Batched lookups**: with a provider offering
+//!   [`InstancesBatch`](ccm_core::InstancesBatch), the Nodes initialised within 100 ms of each
+//!   other are looked up in one `describe_instances` call (at most `max_batch_size` Nodes), and
+//!   the periodic refresh asks every initialised Node in calls of `max_batch_size`. A Node
+//!   missing from an answer is asked alone; a `Retry` of a call delays every Node of it.
 //! - **Address change detection** is exact within each address type (Go's map-based check
 //!   misses changes between lists holding several addresses of one type).
 
@@ -33,6 +38,7 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use tokio::time::MissedTickBehavior;
 
+use crate::controllers::node::instance_batch;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::machinery::informer::Change;
@@ -53,6 +59,11 @@ pub const QUEUE_NAME: &str = "Nodes";
 /// 100 ms per cloud call initialise in about 1.7 s on the in-process API server (see
 /// `benches/node_init.rs`); Go's default of 1 takes over 100 s.
 pub const DEFAULT_WORKERS: usize = 100;
+
+/// How many times the periodic address refresh retries a `describe_instances` call answered
+/// with `CloudError::Retry` (after the provider's delay) before leaving its Nodes to the next
+/// period.
+const REFRESH_BATCH_RETRIES: usize = 5;
 
 /// Configuration of the cloud-node controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,12 +192,33 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 let _busy = ctx.activity().begin();
                 let queue_labels = !std::mem::take(&mut first_pass);
                 let nodes = ctx.nodes.list();
+                // With a batching provider, the initialised Nodes' addresses come from
+                // `describe_instances` calls of up to `max_batch_size` Nodes each.
+                let initialised: Vec<_> = nodes
+                    .iter()
+                    .filter(|n| !plan::has_uninitialized_taint(n))
+                    .cloned()
+                    .collect();
+                let mut answers = instance_batch::describe_all(
+                    ctx.cloud.as_ref(),
+                    initialised,
+                    REFRESH_BATCH_RETRIES,
+                    &ctx.shutdown,
+                )
+                .await;
+                let nodes: Vec<_> = nodes
+                    .into_iter()
+                    .map(|node| {
+                        let answer = answers.as_mut().and_then(|a| a.remove(&node.name_any()));
+                        (node, answer)
+                    })
+                    .collect();
                 futures::stream::iter(nodes)
                     .take_until(ctx.shutdown.cancelled())
-                    .for_each_concurrent(workers, |node| {
+                    .for_each_concurrent(workers, |(node, answer)| {
                         let (shared, queue) = (shared.clone(), queue.clone());
                         async move {
-                            shared.refresh_addresses(&node).await;
+                            shared.refresh_addresses(&node, answer).await;
                             // And the label reconcile, as Go's UpdateNodeStatus does.
                             if queue_labels {
                                 queue.add(node.name_any());

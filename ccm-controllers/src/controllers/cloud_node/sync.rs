@@ -1,15 +1,17 @@
 //! The async shell of the cloud-node controller: reads the cache, calls the cloud, writes.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, Node};
+use ccm_core::{CloudError, Node, NodeAddress};
 use kube::api::Api;
 
-use super::cloud::{self, FetchError};
+use super::cloud::{self, FetchError, Fetched};
 use super::metrics::CloudNodeMetrics;
 use super::plan::{self, InitError, Step};
+use crate::controllers::node::instance_batch::Coalescer;
+use crate::controllers::node::instance_batch::plan::{Lookup, MetadataLookup, metadata_lookup};
 use crate::controllers::node::patch::{self, PatchError};
 use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
@@ -35,6 +37,9 @@ pub(crate) struct Reconciler {
     /// node update arriving meanwhile must not bring the call forward (the queue's own
     /// delayed add brings the node back at that time).
     retry_not_before: Mutex<HashMap<String, Instant>>,
+    /// Groups the initialisation lookups of a burst into `describe_instances` calls; `None`
+    /// when the provider does not batch.
+    init_batch: Option<Coalescer>,
 }
 
 /// A Node this controller untainted (see [`Reconciler::sync_node`]).
@@ -49,6 +54,11 @@ struct Untainted {
 /// put off, rather than read from the API server: the event of our own write normally
 /// arrives well within it.
 const STALE_COPY_RECHECK: Duration = Duration::from_secs(2);
+
+/// With a batching provider, how long the first Node of an initialisation burst waits for
+/// others to be looked up in the same `describe_instances` call (a call goes out earlier when
+/// `max_batch_size` Nodes are waiting).
+pub(crate) const INIT_BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -66,11 +76,16 @@ impl Reconciler {
     ) -> Self {
         Reconciler {
             api: Api::all(ctx.client.clone()),
-            ctx,
             recorder,
             metrics,
             initialized: Mutex::new(HashMap::new()),
             retry_not_before: Mutex::new(HashMap::new()),
+            init_batch: Coalescer::start(
+                ctx.cloud.clone(),
+                INIT_BATCH_WINDOW,
+                ctx.shutdown.clone(),
+            ),
+            ctx,
         }
     }
 
@@ -180,9 +195,33 @@ impl Reconciler {
         outcome
     }
 
+    /// The node's metadata: from a batch call when the provider batches (Nodes initialised
+    /// within [`INIT_BATCH_WINDOW`] share one call), else, and for a Node the batch left
+    /// unknown, from the single lookup.
+    async fn fetch_metadata(&self, node: &Node) -> Result<Fetched, FetchError> {
+        if let Some(batch) = &self.init_batch {
+            match metadata_lookup(batch.lookup(Arc::new(node.clone())).await) {
+                MetadataLookup::Metadata(meta) => {
+                    return Ok(Fetched {
+                        meta,
+                        require_provider_id: true,
+                    });
+                }
+                MetadataLookup::Failed(source) => {
+                    return Err(FetchError {
+                        step: Step::Metadata,
+                        source,
+                    });
+                }
+                MetadataLookup::AskSingle => {}
+            }
+        }
+        cloud::fetch_metadata(self.ctx.cloud.as_ref(), node).await
+    }
+
     async fn initialize_inner(&self, node: Node) -> Outcome {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let fetched = match cloud::fetch_metadata(self.ctx.cloud.as_ref(), &node).await {
+        let fetched = match self.fetch_metadata(&node).await {
             Ok(f) => f,
             Err(FetchError {
                 source: CloudError::Retry { after, message },
@@ -295,15 +334,32 @@ impl Reconciler {
         outcome
     }
 
+    /// The node's current addresses for the refresh: from its batch answer when there is one
+    /// (`None`: no batching), else, and when the batch left it unknown, a single lookup.
+    async fn addresses(
+        &self,
+        node: &Node,
+        batch_answer: Option<Lookup>,
+    ) -> Result<Vec<NodeAddress>, CloudError> {
+        match batch_answer.map(metadata_lookup) {
+            Some(MetadataLookup::Metadata(meta)) => Ok(meta.node_addresses),
+            Some(MetadataLookup::Failed(error)) => Err(error),
+            Some(MetadataLookup::AskSingle) | None => {
+                cloud::fetch_addresses(self.ctx.cloud.as_ref(), node).await
+            }
+        }
+    }
+
     /// The periodic refresh of one initialised node's addresses (errors are logged, as in Go;
-    /// the next period tries again).
-    pub(crate) async fn refresh_addresses(&self, node: &Node) {
+    /// the next period tries again). `batch_answer` is the node's answer from the refresh's
+    /// `describe_instances` calls, `None` when the provider does not batch.
+    pub(crate) async fn refresh_addresses(&self, node: &Node, batch_answer: Option<Lookup>) {
         if plan::has_uninitialized_taint(node) {
             return;
         }
         let started = Instant::now();
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let result = match cloud::fetch_addresses(self.ctx.cloud.as_ref(), node).await {
+        let result = match self.addresses(node, batch_answer).await {
             Err(error) => {
                 tracing::warn!(node = %name, %error, "failed to get node addresses from the cloud provider");
                 if error.retry_after().is_some() {

@@ -3,6 +3,7 @@
 //! ([`spec::SpecUpdate`]), the legacy providerID lookup ([`cloud`]) and the accessors below.
 
 pub(crate) mod cloud;
+pub(crate) mod instance_batch;
 pub(crate) mod patch;
 pub(crate) mod spec;
 

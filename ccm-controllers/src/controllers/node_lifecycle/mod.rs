@@ -12,6 +12,12 @@
 //!   under the same name is never deleted by a decision about its predecessor.
 //! - **Parallel checks**: the NotReady nodes of one pass are checked concurrently, at most
 //!   [`NodeLifecycleConfig::workers`] at a time (Go: one after another).
+//! - **Batched checks**: with a provider offering
+//!   [`InstancesBatch`](ccm_core::InstancesBatch), the NotReady Nodes of one pass are asked in
+//!   `describe_instances` calls of up to `max_batch_size` Nodes (existence and shutdown in one
+//!   answer) instead of one or two calls per Node. The deletion rule is the same; a Node
+//!   missing from an answer, an `Error` answer and a failed call are errors (the Node is
+//!   skipped for this pass, never deleted).
 //! - **Legacy providers**: a node without providerID gets `<provider>://<instance_id>` passed
 //!   to `instance_exists_by_provider_id` (Go passes the bare instance ID); an empty instance ID
 //!   is an error, not "gone" (Go assumes the instance is gone); a node that has a providerID is

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use ccm_core::Node;
+use ccm_core::{CloudError, Node};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
@@ -16,6 +16,7 @@ use super::plan::{self, Answer, ExistsStep, ReadyStep};
 use super::{
     EVENT_COMPONENT, NodeLifecycleConfig, REASON_DELETING_NODE, REASON_DELETING_NODE_FAILED,
 };
+use crate::controllers::node::instance_batch::{self, plan::lifecycle_lookup};
 use crate::controllers::node::patch::{self, PatchError};
 use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
@@ -31,6 +32,9 @@ pub(super) struct Reconciler {
     /// When each node's instance was first reported gone: name → (UID, when).
     first_gone: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// A Node's `instance_exists` and `instance_shutdown` answers read from a batch call.
+type BatchAnswer = (Result<bool, CloudError>, Result<bool, CloudError>);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -73,9 +77,34 @@ impl Reconciler {
                 nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
             lock(&self.first_gone).retain(|name, (u, _)| present.get(name) == Some(u));
         }
+        // With a batching provider, the Nodes to check are asked in `describe_instances`
+        // calls of up to `max_batch_size` Nodes (existence and shutdown in one answer). A
+        // whole-call Retry is not retried within the pass: every Node of that call is skipped
+        // and asked again in the next pass.
+        let to_check: Vec<_> = nodes
+            .iter()
+            .filter(|n| plan::plan_ready(n) == ReadyStep::CheckExists)
+            .cloned()
+            .collect();
+        let mut answers = if to_check.is_empty() {
+            None
+        } else {
+            instance_batch::describe_all(self.ctx.cloud.as_ref(), to_check, 0, &self.ctx.shutdown)
+                .await
+        };
+        let nodes: Vec<_> = nodes
+            .into_iter()
+            .map(|node| {
+                let answer = answers
+                    .as_mut()
+                    .and_then(|a| a.remove(&node.name_any()))
+                    .and_then(lifecycle_lookup);
+                (node, answer)
+            })
+            .collect();
         futures::stream::iter(nodes)
-            .for_each_concurrent(self.config.workers, |node| async move {
-                self.check(&node).await;
+            .for_each_concurrent(self.config.workers, |(node, answer)| async move {
+                self.check(&node, answer).await;
             })
             .await;
         self.metrics
@@ -83,7 +112,9 @@ impl Reconciler {
             .observe(started.elapsed().as_secs_f64());
     }
 
-    async fn check(&self, node: &Node) {
+    /// Checks one Node. `batch_answer` holds the answers of `instance_exists` and
+    /// `instance_shutdown` read from a batch call, `None` to ask them with single calls.
+    async fn check(&self, node: &Node, batch_answer: Option<BatchAnswer>) {
         let name = node.name_any();
         match plan::plan_ready(node) {
             ReadyStep::Nothing => {
@@ -95,7 +126,10 @@ impl Reconciler {
                 self.patch_taints(node, false).await;
             }
             ReadyStep::CheckExists => {
-                let exists = instance_exists(self.ctx.cloud.as_ref(), node).await;
+                let (exists, batch_shutdown) = match batch_answer {
+                    Some((exists, shutdown)) => (exists, Some(shutdown)),
+                    None => (instance_exists(self.ctx.cloud.as_ref(), node).await, None),
+                };
                 if let Err(error) = &exists {
                     tracing::warn!(node = %name, %error, "error checking if node exists");
                 }
@@ -122,7 +156,10 @@ impl Reconciler {
                     ExistsStep::Delete => self.delete(node).await,
                     ExistsStep::CheckShutdown => {
                         self.forget(node);
-                        let shutdown = instance_shutdown(self.ctx.cloud.as_ref(), node).await;
+                        let shutdown = match batch_shutdown {
+                            Some(shutdown) => shutdown,
+                            None => instance_shutdown(self.ctx.cloud.as_ref(), node).await,
+                        };
                         if let Err(error) = &shutdown {
                             tracing::warn!(node = %name, %error, "error checking if node is shutdown");
                         }

@@ -410,10 +410,22 @@ pub fn nodes_sufficiently_equal(old: &[HostKey], new: &[HostKey]) -> bool {
     distill(old) == distill(new)
 }
 
+/// The IP mode kube-apiserver stores for an ingress: `VIP` when an IP is set and no mode is given
+/// (its defaulting since `LoadBalancerIPMode`), else as given. Without this, a provider that
+/// answers no mode would see the stored `VIP` as a change and rewrite the status on every sync
+/// (Go's `ingressEqual` does; we deliberately do not).
+fn effective_ip_mode(ingress: &LoadBalancerIngress) -> Option<&str> {
+    match (&ingress.ip_mode, str_or_empty(&ingress.ip)) {
+        (Some(mode), _) => Some(mode.as_str()),
+        (None, "") => None,
+        (None, _) => Some("VIP"),
+    }
+}
+
 fn ingress_equal(a: &LoadBalancerIngress, b: &LoadBalancerIngress) -> bool {
     str_or_empty(&a.ip) == str_or_empty(&b.ip)
         && str_or_empty(&a.hostname) == str_or_empty(&b.hostname)
-        && a.ip_mode == b.ip_mode
+        && effective_ip_mode(a) == effective_ip_mode(b)
         && slice_or_empty(&a.ports) == slice_or_empty(&b.ports)
 }
 
@@ -1138,6 +1150,13 @@ mod tests {
         assert!(!load_balancer_status_equal(
             Some(&status(&["1.1.1.1"])),
             Some(&with_mode)
+        ));
+        // kube-apiserver defaults the mode of an IP ingress to VIP: no change.
+        let mut defaulted = status(&["1.1.1.1"]);
+        defaulted.ingress.as_mut().unwrap()[0].ip_mode = Some("VIP".into());
+        assert!(load_balancer_status_equal(
+            Some(&defaulted),
+            Some(&status(&["1.1.1.1"]))
         ));
         let mut with_host = status(&["1.1.1.1"]);
         with_host.ingress.as_mut().unwrap()[0].hostname = Some("lb.example".into());
