@@ -95,6 +95,18 @@ fn temp_file(name: &str, contents: &[u8]) -> std::path::PathBuf {
     path
 }
 
+/// A Builder whose route controller (`node-route-controller`, alias `route`) is a stub that
+/// waits for shutdown: the startup checks of `--configure-cloud-routes` apply to it.
+fn with_route_stub() -> Builder {
+    Builder::new().controller_entry(
+        ControllerEntry::new("node-route-controller", |ctx, _| async move {
+            ctx.shutdown.cancelled().await;
+            Ok(())
+        })
+        .alias("route"),
+    )
+}
+
 const UNREACHABLE: &str = "--master=http://127.0.0.1:9";
 
 #[tokio::test]
@@ -108,15 +120,6 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
     let untagged_flag = format!("--cloud-config={}", untagged.display());
     let routes = temp_file("routes.conf", b"routes");
     let routes_flag = format!("--cloud-config={}", routes.display());
-    let route_entry = || {
-        Builder::new().controller_entry(
-            ControllerEntry::new("node-route-controller", |ctx, _| async move {
-                ctx.shutdown.cancelled().await;
-                Ok(())
-            })
-            .alias("route"),
-        )
-    };
 
     let cases: Vec<(Vec<&str>, Builder, &str)> = vec![
         (
@@ -164,7 +167,7 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
         ),
         (
             vec!["--cloud-provider=runtime-test", &routes_flag],
-            route_entry(),
+            with_route_stub(),
             "--configure-cloud-routes=true needs --cluster-cidr",
         ),
         (
@@ -173,7 +176,7 @@ async fn startup_errors_exit_non_zero_naming_the_problem() {
                 &routes_flag,
                 "--cluster-cidr=10.0.0.0/8,10.1.0.0/16",
             ],
-            route_entry(),
+            with_route_stub(),
             "the route controller (--configure-cloud-routes=true) needs a valid --cluster-cidr; to run without cloud routes pass --configure-cloud-routes=false",
         ),
         // Node IPAM: checked before anything starts, with Go's messages.
@@ -259,15 +262,6 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
     let untagged_flag = format!("--cloud-config={}", untagged.display());
     let routes = temp_file("routes2.conf", b"routes");
     let routes_flag = format!("--cloud-config={}", routes.display());
-    let route_entry = || {
-        Builder::new().controller_entry(
-            ControllerEntry::new("node-route-controller", |ctx, _| async move {
-                ctx.shutdown.cancelled().await;
-                Ok(())
-            })
-            .alias("route"),
-        )
-    };
     let base = [
         "--cloud-provider=runtime-test",
         UNREACHABLE,
@@ -284,19 +278,22 @@ async fn valid_startups_stop_cleanly_with_exit_0() {
         ),
         (
             vec![&routes_flag, "--configure-cloud-routes=false"],
-            route_entry(),
+            with_route_stub(),
         ),
-        (vec![&routes_flag, "--controllers=*,-route"], route_entry()),
+        (
+            vec![&routes_flag, "--controllers=*,-route"],
+            with_route_stub(),
+        ),
         (
             vec![&routes_flag, "--cluster-cidr=10.244.0.0/16"],
-            route_entry(),
+            with_route_stub(),
         ),
         (
             vec![&routes_flag, "--cluster-cidr=10.244.0.0/16,fd00::/48"],
-            route_entry(),
+            with_route_stub(),
         ),
         // A provider without routes: the route controller is skipped with a warning.
-        (vec![], route_entry()),
+        (vec![], with_route_stub()),
         // Every controller name and alias of Kubernetes' own CCM template, as Go accepts them.
         (
             vec!["--controllers=cloud-node,cloud-node-lifecycle,service,route,nodeipam"],
