@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
+use crate::support::requests::status_patch_statuses;
 use crate::support::service::*;
 
 async fn merge(api: &kube::Api<Service>, name: &str, body: serde_json::Value) -> Service {
@@ -202,16 +203,7 @@ async fn status_write_failures_500_409_429_are_retried() {
             )
             .await;
         wait_for(&api, &name, TIMEOUT, has_ingress).await.unwrap();
-        let statuses: Vec<u16> = server
-            .requests()
-            .into_iter()
-            .filter(|r| {
-                r.name.as_deref() == Some(name.as_str())
-                    && r.verb == "patch"
-                    && r.subresource.as_deref() == Some("status")
-            })
-            .map(|r| r.status)
-            .collect();
+        let statuses = status_patch_statuses(server, &name);
         assert_eq!(statuses.first(), Some(&code), "{statuses:?}");
         assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
         if code != 429 {

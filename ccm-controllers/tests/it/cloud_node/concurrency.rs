@@ -11,7 +11,8 @@ use ccm_testing::wait::wait_for;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::{Probe, spec_patch_statuses};
+use super::Probe;
+use crate::support::requests::{spec_patch_statuses, status_patch_statuses};
 
 #[tokio::test]
 async fn nodes_are_initialized_in_parallel() {
@@ -197,16 +198,7 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
         // The first write planned for the old Node (its addresses) is refused by the UID
         // precondition, and nothing else planned for it is written; the one spec write that
         // lands is the new Node's own.
-        let status_patches: Vec<u16> = server
-            .requests()
-            .iter()
-            .filter(|r| {
-                r.name.as_deref() == Some(name.as_str())
-                    && r.verb == "patch"
-                    && r.subresource.as_deref() == Some("status")
-            })
-            .map(|r| r.status)
-            .collect();
+        let status_patches = status_patch_statuses(server, &name);
         assert_eq!(status_patches.first(), Some(&409), "{status_patches:?}");
         let spec_patches = spec_patch_statuses(server, &name, None);
         assert_eq!(spec_patches, vec![200], "{spec_patches:?}");

@@ -12,7 +12,8 @@ use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use std::time::Duration;
 
-use super::{Probe, fake_addresses, spec_patch_statuses};
+use super::{Probe, fake_addresses};
+use crate::support::requests::spec_patch_statuses;
 
 #[tokio::test]
 async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {

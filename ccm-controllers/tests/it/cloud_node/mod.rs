@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use ccm_core::{
     CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node, Zones, async_trait,
 };
-use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
 
@@ -49,22 +48,6 @@ fn fake_internal_ip(addrs: &[(String, String)]) -> String {
         .find(|(t, _)| t == "InternalIP")
         .map(|(_, a)| a.clone())
         .unwrap()
-}
-
-/// The statuses the server answered to PATCHes of Node `name` itself (not a subresource), in
-/// order; only those of `content_type` when given.
-fn spec_patch_statuses(server: &ApiServer, name: &str, content_type: Option<&str>) -> Vec<u16> {
-    server
-        .requests()
-        .iter()
-        .filter(|r| {
-            r.name.as_deref() == Some(name)
-                && r.verb == "patch"
-                && r.subresource.is_none()
-                && content_type.is_none_or(|c| r.content_type.as_deref() == Some(c))
-        })
-        .map(|r| r.status)
-        .collect()
 }
 
 /// What a [`Probe`] does to FakeCloud's `instance_metadata` answer for a Node.

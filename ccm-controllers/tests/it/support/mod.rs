@@ -8,4 +8,5 @@ pub(crate) mod https;
 pub(crate) mod minimal_api;
 pub(crate) mod node;
 pub(crate) mod openmetrics;
+pub(crate) mod requests;
 pub(crate) mod service;
