@@ -1,7 +1,14 @@
-//! A real SIGTERM to the test process while the runtime runs with its default signal handling
-//! (its own test binary: the signal goes to the whole process). The runtime finishes the
-//! in-flight cloud call, releases the Lease and returns exit code 0.
+//! A real SIGTERM to the test process while the runtime runs with its default signal handling.
+//! The runtime finishes the in-flight cloud call, releases the Lease and returns exit code 0.
+//!
+//! A test binary of its own: the signal goes to the whole process, so every other test running
+//! in it would see it too (and any other runtime in it would shut down).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "it/support/connection.rs"]
+mod connection;
+#[path = "it/support/https.rs"]
+mod https;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,27 +19,10 @@ use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
+use connection::connection_flag;
+use https::http_get;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-
-/// GET `https://<addr><path>` (the server's certificate is self-signed); returns (status, body),
-/// status 0 when the server cannot be reached.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .danger_accept_invalid_certs(true)
-        .pool_max_idle_per_host(0)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    match client.get(format!("https://{addr}{path}")).send().await {
-        Ok(resp) => (
-            resp.status().as_u16(),
-            resp.text().await.unwrap_or_default(),
-        ),
-        Err(_) => (0, String::new()),
-    }
-}
 
 async fn status(addr: std::net::SocketAddr, path: &str) -> u16 {
     http_get(addr, path).await.0
@@ -48,13 +38,7 @@ async fn sigterm_waits_for_the_in_flight_cloud_call_releases_the_lease_and_exits
     cloud.set_operation_latency("instance_metadata", Duration::from_secs(2));
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let connection = match cluster.api_server() {
-        Some(s) => format!("--master={}", s.url()),
-        None => format!(
-            "--kubeconfig={}",
-            std::env::var(ccm_testing::KUBECONFIG_ENV).unwrap()
-        ),
-    };
+    let connection = connection_flag(&cluster);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let (started, finished) = (in_flight.clone(), done.clone());

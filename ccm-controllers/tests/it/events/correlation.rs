@@ -1,0 +1,94 @@
+//! Correlation as client-go's `EventCorrelator`: identical Events counted on one, similar ones
+//! combined, spam held back.
+
+use k8s_openapi::api::events::v1::Event;
+use tokio_util::sync::CancellationToken;
+
+use super::{WAIT, WriterTest, subject};
+
+#[tokio::test]
+async fn identical_events_are_one_event_with_their_count() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for _ in 0..5 {
+        t.recorder
+            .normal(&t.object, "EnsuredLoadBalancer", "Ensured load balancer");
+    }
+    t.wait_counted("written", 5).await;
+    let events = t.events_now().await;
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(
+        event.series.as_ref().map(|s| s.count),
+        Some(5),
+        "{event:#?}"
+    );
+    assert_eq!(event.note.as_deref(), Some("Ensured load balancer"));
+    // Named as client-go names Events: the object's name, a dot, hex nanoseconds.
+    let name = event.metadata.name.as_deref().unwrap();
+    let suffix = name.strip_prefix(&format!("{}.", t.name)).unwrap();
+    assert!(u64::from_str_radix(suffix, 16).is_ok(), "{name}");
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_flood_of_similar_events_is_combined_into_one() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for i in 0..15 {
+        t.recorder.warning(
+            &t.object,
+            "SyncLoadBalancerFailed",
+            format!("Error syncing load balancer: attempt {i}"),
+        );
+    }
+    t.wait_counted("written", 15).await;
+    let events = t.events_now().await;
+    // Nine Events with their own notes, then one combining the tenth to the fifteenth.
+    assert_eq!(events.len(), 10, "{events:#?}");
+    let combined: Vec<&Event> = events
+        .iter()
+        .filter(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("(combined from similar events): "))
+        })
+        .collect();
+    assert_eq!(combined.len(), 1, "{events:#?}");
+    assert_eq!(
+        combined[0].note.as_deref(),
+        Some("(combined from similar events): Error syncing load balancer: attempt 9")
+    );
+    assert_eq!(combined[0].series.as_ref().map(|s| s.count), Some(6));
+    assert_eq!(combined[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(t.counted("dropped"), 0);
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_spam_filter_holds_back_events_past_the_burst_per_object() {
+    let (t, writer) = WriterTest::start(None).await;
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), WAIT));
+    for i in 0..30 {
+        t.recorder
+            .normal(&t.object, &format!("Reason{i}"), "one of many");
+    }
+    t.wait_counted("filtered", 5).await;
+    t.wait_counted("written", 25).await;
+    let events = t.events_now().await;
+    assert_eq!(events.len(), 25);
+    // Only this object's bucket is empty.
+    let other = subject(&t.ns, &format!("{}-other", t.name));
+    t.recorder.normal(&other, "Reason0", "another object");
+    t.wait_counted("written", 26).await;
+    stop.cancel();
+    task.await.unwrap();
+    t.cluster.cleanup().await;
+}

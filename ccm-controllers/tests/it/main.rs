@@ -1,0 +1,37 @@
+//! The integration tests of `ccm-controllers`, as one test binary: one module per topic, and
+//! the helpers they share in [`support`]. One binary links the crate and its dependencies once
+//! instead of once per file; run one topic with `cargo test -p ccm-controllers --test it
+//! <module>::` (e.g. `cloud_node::`).
+//!
+//! Controller and scenario tests run the real controllers against the in-process API server
+//! of `ccm-testing` over real HTTP, or against the real cluster named by
+//! `CCM_TEST_KUBECONFIG` where a test says it can.
+//!
+//! Two tests run in test binaries of their own, because they touch the whole process:
+//! `tests/runtime_logs.rs` (it installs the process's global tracing subscriber to read the
+//! runtime's log lines) and `tests/runtime_signal.rs` (it sends the process a SIGTERM).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+mod architecture;
+mod cloud_node;
+mod events;
+mod flags;
+mod go_tables;
+mod instance_batch;
+mod node_ipam;
+mod node_lifecycle;
+mod rbac;
+mod route;
+mod route_runtime;
+mod runtime;
+mod runtime_cluster;
+mod secure_serving;
+mod service;
+mod service_accounts;
+mod service_leaks;
+mod service_nodes;
+mod startup;
+mod vendor_manifests;
+mod vendor_template;
