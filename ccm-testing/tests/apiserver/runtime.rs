@@ -1,6 +1,5 @@
 //! kube-runtime machinery (watcher, reflector, Controller, events Recorder) and
 //! kube-lease-manager running against the in-process API server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
