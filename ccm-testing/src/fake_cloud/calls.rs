@@ -104,7 +104,7 @@ const MUTATING: &[&str] = &[
 ];
 
 impl FakeCloud {
-    /// How many times `op` (a snake_case trait method name, see [`OPERATIONS`]) was called since
+    /// How many times `op` (a snake_case trait method name, see [`OPERATIONS`](super::OPERATIONS)) was called since
     /// the start or the last [`FakeCloud::reset_calls`], including calls that failed or were
     /// cancelled.
     pub fn call_count(&self, op: &str) -> usize {

@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{ArmedFault, FakeCloud, Fault, State, warn_unknown_operation};
 
 impl FakeCloud {
-    /// Arms a fault on an operation (a snake_case trait method name, see [`OPERATIONS`]; an
+    /// Arms a fault on an operation (a snake_case trait method name, see [`OPERATIONS`](super::OPERATIONS); an
     /// unknown name is logged as a warning and never fires). Faults already armed on the
     /// operation stay armed and are consulted first.
     pub fn inject(&self, op: &str, fault: Fault) {

@@ -18,7 +18,7 @@
 //!   name. Nodes whose name matches `missing_nodes` do not exist: `instance_exists` and
 //!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
 //!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
-//!   [`CloudError::InstanceNotFound`]. Nodes matching
+//!   [`CloudError::InstanceNotFound`](ccm_core::CloudError::InstanceNotFound). Nodes matching
 //!   `shutdown_nodes` exist and are shut down. Chosen answers per Node (`nodes:`,
 //!   [`FakeCloudBuilder::node`], [`FakeCloud::set_node`], a [`NodeAnswer`]) override any of
 //!   this for one Node: provider ID (lookups by it find the Node), addresses, type, zone,
@@ -52,7 +52,7 @@
 //! [`FakeCloud::inject`] arms a [`Fault`] on one operation.
 //!
 //! A quota (`quota:`, [`QuotaConfig`]) limits calls per second overall and per operation; a
-//! call over it is answered at once (after its latency) with [`CloudError::Retry`] carrying
+//! call over it is answered at once (after its latency) with [`CloudError::Retry`](ccm_core::CloudError::Retry) carrying
 //! the time until a token frees, as a real cloud's 429 + Retry-After, and changes nothing.
 //! Rejected calls are in the log (`rejected: true`) and counted by
 //! [`FakeCloud::rejected_count`]. A `describe_instances` call costs one token whatever its size.
@@ -170,13 +170,12 @@
 //! In a binary, register it as a provider with
 //! `ccm_core::register_cloud_provider!("fake", FakeCloud::from_cloud_config);`.
 
-//!
-//! The code is split by concern: the call path every operation takes and the call log
-//! ([`calls`]), instances ([`instances`]), load balancers ([`load_balancers`]), routes
-//! ([`routes`]), faults ([`faults`]), the quota ([`quota`]), the builder ([`builder`]), the
-//! configuration ([`config`]), the state file ([`state_file`]) and the `CloudProvider`
-//! implementation that ties them together ([`provider`]).
-
+// The code is split by concern: the path every operation takes and the call log (`calls`),
+// instances (`instances`), load balancers (`load_balancers`), routes and the state file's view
+// of the cloud (`routes`), faults (`faults`), the quota (`quota`), the builder (`builder`), the
+// configuration (`config`), the state file's format (`state_file`) and the `CloudProvider`
+// implementation that ties them together (`provider`). The stored state's types stay here, so
+// every part reads their fields.
 mod builder;
 mod calls;
 mod config;

@@ -8,7 +8,7 @@ use super::{FakeCloud, FakeCloudState, RouteState, State, StoredLoadBalancer, St
 impl FakeCloud {
     /// The route table, in route-name order, with `enable_node_addresses` as stored.
     ///
-    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`] (the
+    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`](ccm_core::CloudProvider::routes) (the
     /// capability); reach that one with `CloudProvider::routes(&cloud)` or
     /// `cloud.provider().routes()`.
     pub fn routes(&self) -> Vec<Route> {

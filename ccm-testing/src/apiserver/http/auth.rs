@@ -10,6 +10,7 @@ use super::responses::json_response;
 use crate::apiserver::Inner;
 use crate::apiserver::rbac::{self, Identity};
 use crate::apiserver::resources::ResourceInfo;
+use crate::apiserver::state::strings_at;
 use crate::apiserver::status::ApiError;
 
 /// Who is calling: the user of a bearer token registered with `add_token` or issued by the
@@ -98,16 +99,7 @@ pub(super) fn token_request(
         Some(max) => requested.min(i64::try_from(max.as_secs()).unwrap_or(i64::MAX)),
         None => requested,
     };
-    let mut audiences: Vec<String> = request
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut audiences = strings_at(&request, "/spec/audiences");
     if audiences.is_empty() {
         audiences.push(crate::apiserver::reviews::API_AUDIENCE.to_string());
     }

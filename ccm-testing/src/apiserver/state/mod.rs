@@ -170,9 +170,9 @@ fn meta_str<'a>(obj: &'a Value, key: &str) -> Option<&'a str> {
     meta(obj).and_then(|m| m.get(key)).and_then(Value::as_str)
 }
 
-fn finalizers(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
+/// The strings of the array at `pointer` (none when it is missing or not an array).
+pub(crate) fn strings_at(obj: &Value, pointer: &str) -> Vec<String> {
+    obj.pointer(pointer)
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -181,6 +181,10 @@ fn finalizers(obj: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    strings_at(obj, "/metadata/finalizers")
 }
 
 fn set_rv(obj: &mut Value, rv: u64) {

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Key, State, meta, meta_str, with_type_meta};
+use super::{Key, State, meta, meta_str, strings_at, with_type_meta};
 use crate::apiserver::resources::{RESOURCES, ResourceInfo};
 use crate::apiserver::status::ApiError;
 
@@ -12,15 +12,7 @@ const NAMESPACE_FINALIZER: &str = "kubernetes";
 
 /// A Namespace's `spec.finalizers`.
 pub(super) fn spec_finalizers(obj: &Value) -> Vec<String> {
-    obj.pointer("/spec/finalizers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+    strings_at(obj, "/spec/finalizers")
 }
 
 impl State {
