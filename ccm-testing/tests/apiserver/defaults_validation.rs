@@ -9,7 +9,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use serde_json::json;
 
-use crate::support::api_err;
+use crate::support::{api_err, server_with_node};
 
 #[tokio::test]
 async fn validation_answers_422_invalid() {
@@ -244,12 +244,7 @@ async fn service_defaults_generation_and_immutable_fields() {
 
 #[tokio::test]
 async fn pod_cidrs_are_normalised_set_once_and_validated() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (_s, nodes, _) = server_with_node("n1").await;
     let pp = PatchParams::default();
     // Setting only the singular field fills the list (and vice versa).
     let n = nodes

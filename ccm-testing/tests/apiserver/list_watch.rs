@@ -14,7 +14,7 @@ use kube::api::{
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::support::{api_err, cm, configmap, rv};
+use crate::support::{api_err, cm, configmap, rv, server_with_node};
 
 #[tokio::test]
 async fn list_selectors_and_pagination() {
@@ -429,12 +429,7 @@ async fn open_watches_are_counted() {
 #[tokio::test]
 async fn await_condition_uses_a_single_object_watch() {
     use kube::runtime::wait::{await_condition, conditions};
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    let n = nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, n) = server_with_node("n1").await;
     let uid = n.uid().unwrap();
     let api = nodes.clone();
     let waiter =

@@ -9,7 +9,7 @@ use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::wait::eventually;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent,
     WatchParams,
@@ -18,16 +18,11 @@ use kube::core::ObjectMeta;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::support::{api_err, cm, configmap, rv};
+use crate::support::{api_err, cm, configmap, rv, server_with_node};
 
 #[tokio::test]
 async fn create_get_delete_and_errors() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    let created = nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, created) = server_with_node("n1").await;
     assert!(!created.uid().unwrap().is_empty());
     assert!(created.metadata.creation_timestamp.is_some());
     assert!(rv(&created) > 0);
@@ -225,12 +220,7 @@ async fn optimistic_concurrency_under_contention() {
 
 #[tokio::test]
 async fn status_subresource_semantics() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    let n = nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, n) = server_with_node("n1").await;
 
     // Main resource writes ignore status.
     let mut main = n.clone();

@@ -8,7 +8,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::support::{api_err, rv};
+use crate::support::{api_err, rv, server_with_node};
 
 #[tokio::test]
 async fn merge_json_and_strategic_patches() {
@@ -153,12 +153,7 @@ async fn merge_json_and_strategic_patches() {
 
 #[tokio::test]
 async fn strategic_merge_patch_directives_over_http() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (_s, nodes, _) = server_with_node("n1").await;
     let pp = PatchParams::default();
     // $patch: delete removes one keyed list item.
     let n = nodes

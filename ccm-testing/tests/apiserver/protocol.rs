@@ -4,23 +4,17 @@
 use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
-use ccm_testing::builders::kubelet_node;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::support::{api_err, raw};
+use crate::support::{api_err, raw, server_with_node};
 
 #[tokio::test]
 async fn raw_protocol_details() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, _) = server_with_node("n1").await;
 
     // Unknown resources: kube-apiserver's generic 404.
     let (code, body) = raw(&s, http::Request::get("/api/v1/pods").body(vec![]).unwrap()).await;
@@ -151,12 +145,7 @@ async fn latency_delays_answers() {
 
 #[tokio::test]
 async fn fault_injection_and_request_log() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, _) = server_with_node("n1").await;
     s.clear_requests();
 
     s.fail_next("get", "nodes", 1, 500, None);

@@ -1,7 +1,11 @@
 //! Helpers the API server tests share.
 
 use ccm_testing::apiserver::ApiServer;
+use ccm_testing::builders::kubelet_node;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::PostParams;
 use kube::core::ObjectMeta;
 
 pub(crate) fn api_err(e: kube::Error) -> Box<kube::core::Status> {
@@ -60,4 +64,16 @@ pub(crate) async fn raw(s: &ApiServer, req: http::Request<Vec<u8>>) -> (u16, ser
         status,
         serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// A started server with the Node `name` as kubelet registers it: the server, the Node API and
+/// the created Node.
+pub(crate) async fn server_with_node(name: &str) -> (ApiServer, Api<Node>, Node) {
+    let s = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(s.client());
+    let node = nodes
+        .create(&PostParams::default(), &kubelet_node(name).build())
+        .await
+        .unwrap();
+    (s, nodes, node)
 }
