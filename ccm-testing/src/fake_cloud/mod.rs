@@ -18,7 +18,7 @@
 //!   name. Nodes whose name matches `missing_nodes` do not exist: `instance_exists` and
 //!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
 //!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
-//!   [`CloudError::InstanceNotFound`]. Nodes matching
+//!   [`CloudError::InstanceNotFound`](ccm_core::CloudError::InstanceNotFound). Nodes matching
 //!   `shutdown_nodes` exist and are shut down. Chosen answers per Node (`nodes:`,
 //!   [`FakeCloudBuilder::node`], [`FakeCloud::set_node`], a [`NodeAnswer`]) override any of
 //!   this for one Node: provider ID (lookups by it find the Node), addresses, type, zone,
@@ -52,7 +52,7 @@
 //! [`FakeCloud::inject`] arms a [`Fault`] on one operation.
 //!
 //! A quota (`quota:`, [`QuotaConfig`]) limits calls per second overall and per operation; a
-//! call over it is answered at once (after its latency) with [`CloudError::Retry`] carrying
+//! call over it is answered at once (after its latency) with [`CloudError::Retry`](ccm_core::CloudError::Retry) carrying
 //! the time until a token frees, as a real cloud's 429 + Retry-After, and changes nothing.
 //! Rejected calls are in the log (`rejected: true`) and counted by
 //! [`FakeCloud::rejected_count`]. A `describe_instances` call costs one token whatever its size.
@@ -170,9 +170,21 @@
 //! In a binary, register it as a provider with
 //! `ccm_core::register_cloud_provider!("fake", FakeCloud::from_cloud_config);`.
 
+// The code is split by concern: the path every operation takes and the call log (`calls`),
+// instances (`instances`), load balancers (`load_balancers`), routes and the state file's view
+// of the cloud (`routes`), faults (`faults`), the quota (`quota`), the builder (`builder`), the
+// configuration (`config`), the state file's format (`state_file`) and the `CloudProvider`
+// implementation that ties them together (`provider`). The stored state's types stay here, so
+// every part reads their fields.
+mod builder;
+mod calls;
 mod config;
+mod faults;
+mod instances;
+mod load_balancers;
 mod provider;
 mod quota;
+mod routes;
 mod state_file;
 
 use std::collections::BTreeMap;
@@ -181,120 +193,19 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use ccm_core::{
-    BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, LoadBalancerIngress,
-    LoadBalancerStatus, NodeAddress, Route,
-};
-use rand::{Rng, SeedableRng};
+use ccm_core::{BoxError, CloudProvider, Route};
 use rand_chacha::ChaCha8Rng;
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 
+pub use builder::FakeCloudBuilder;
+pub use calls::{CallArgs, CallRecord};
 pub use config::{
     Capabilities, FakeCloudConfig, FakeCloudConfigError, Fault, NodeAnswer, OPERATIONS,
     QuotaConfig, Rate,
 };
+use faults::arm;
+pub use load_balancers::LoadBalancerState;
 pub use state_file::{FakeCloudState, RouteState, StateFileError};
-
-/// One call to a [`FakeCloud`], as recorded in [`FakeCloud::call_log`].
-#[derive(Clone, Debug, PartialEq)]
-pub struct CallRecord {
-    /// The operation: the snake_case trait method name, e.g. `ensure_load_balancer`.
-    pub operation: String,
-    /// What the call was about: the node name (`instance_*`, `node_addresses`...), the provider
-    /// ID (`*_by_provider_id`), `<namespace>/<name>` of the Service (load balancers), the
-    /// destination CIDR (`create_route`, `delete_route`), the cluster name (`list_routes`,
-    /// `master`), the number of Nodes (`describe_instances`: `3 nodes`), or empty.
-    pub subject: String,
-    /// The call's arguments.
-    pub args: CallArgs,
-    /// True when the quota rejected the call ([`CloudError::Retry`], nothing done).
-    pub rejected: bool,
-}
-
-impl CallRecord {
-    /// The backend host names of a load-balancer call (sorted, each once), if it had hosts.
-    pub fn hosts(&self) -> Option<&[String]> {
-        match &self.args {
-            CallArgs::LoadBalancer {
-                hosts: Some(hosts), ..
-            } => Some(hosts),
-            _ => None,
-        }
-    }
-
-    /// The node names of an instance call: one for the single calls, every Node of a
-    /// `describe_instances` batch in the order given.
-    pub fn node_names(&self) -> Vec<&str> {
-        match &self.args {
-            CallArgs::Node { name, .. } | CallArgs::NodeName(name) => vec![name.as_str()],
-            CallArgs::Nodes(names) => names.iter().map(String::as_str).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-/// The arguments of one recorded call ([`CallRecord::args`]).
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub enum CallArgs {
-    /// No arguments (`initialize`, `get_zone`, `list_clusters`).
-    None,
-    /// An `InstancesV2` call: the Node's name and `spec.providerID`.
-    Node {
-        /// `metadata.name`.
-        name: String,
-        /// `spec.providerID`, when set.
-        provider_id: Option<String>,
-    },
-    /// `describe_instances`: the Nodes' names, in the order given.
-    Nodes(Vec<String>),
-    /// A legacy lookup by node name.
-    NodeName(String),
-    /// A lookup by provider ID.
-    ProviderId(String),
-    /// `current_node_name`'s hostname or `add_ssh_key_to_all_instances`' user.
-    Text(String),
-    /// A load-balancer call.
-    LoadBalancer {
-        /// The cluster name.
-        cluster_name: String,
-        /// `<namespace>/<name>` of the Service.
-        service: String,
-        /// The backend host names (sorted, each once) of `ensure_load_balancer` and
-        /// `update_load_balancer`; `None` for the calls without hosts. Shared with the
-        /// stored load balancers, not copied.
-        hosts: Option<Arc<[String]>>,
-    },
-    /// `list_routes` or `master`: the cluster name.
-    Cluster(String),
-    /// `create_route` or `delete_route`.
-    Route {
-        /// The cluster name.
-        cluster_name: String,
-        /// The name hint (`create_route` only).
-        name_hint: Option<String>,
-        /// The route as passed.
-        route: Route,
-    },
-}
-
-/// A load balancer held by a [`FakeCloud`], as returned by [`FakeCloud::load_balancers`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LoadBalancerState {
-    /// The load balancer's name: [`ccm_core::default_load_balancer_name`] of the Service.
-    pub name: String,
-    /// The names of the backend Nodes, sorted, each once.
-    pub hosts: Vec<String>,
-    /// The Service's ports (`spec.ports[].port`) at the last ensure.
-    pub ports: Vec<i32>,
-    /// The cluster name of the last ensure.
-    pub cluster_name: String,
-    /// The ingress IP it was given (`None` with `lb_hostname`).
-    #[serde(default)]
-    pub ingress_ip: Option<String>,
-}
 
 /// An in-memory cloud provider for tests and demos; see the [module documentation](self).
 ///
@@ -406,202 +317,9 @@ struct State {
     operation_latency: BTreeMap<String, Duration>,
 }
 
-impl State {
-    /// Consults the faults armed on `op`; the first that fires gives the error.
-    fn fire_fault(&mut self, op: &str) -> Option<CloudError> {
-        let faults = self.faults.get_mut(op)?;
-        let mut fired = None;
-        for fault in faults.iter_mut() {
-            fired = match fault {
-                ArmedFault::FailNext(left) if *left > 0 => {
-                    *left -= 1;
-                    Some(injected(op))
-                }
-                ArmedFault::Probability { p, rng } => rng.random_bool(*p).then(|| injected(op)),
-                ArmedFault::Retry { after, left } if *left > 0 => {
-                    *left -= 1;
-                    Some(CloudError::retry(
-                        *after,
-                        format!("fake cloud: injected retry of {op}"),
-                    ))
-                }
-                ArmedFault::NotImplemented => Some(CloudError::NotImplemented),
-                ArmedFault::InstanceNotFound => Some(CloudError::InstanceNotFound),
-                _ => None,
-            };
-            if fired.is_some() {
-                break;
-            }
-        }
-        faults.retain(|f| {
-            !matches!(
-                f,
-                ArmedFault::FailNext(0) | ArmedFault::Retry { left: 0, .. }
-            )
-        });
-        fired
-    }
-
-    fn is_missing(&self, node_name: &str) -> bool {
-        match self.nodes.get(node_name).and_then(|a| a.exists) {
-            Some(exists) => !exists,
-            None => self.missing.iter().any(|r| r.is_match(node_name)),
-        }
-    }
-
-    fn is_shutdown(&self, node_name: &str) -> bool {
-        !self.is_missing(node_name)
-            && match self.nodes.get(node_name).and_then(|a| a.shutdown) {
-                Some(shutdown) => shutdown,
-                None => self.shutdown.iter().any(|r| r.is_match(node_name)),
-            }
-    }
-
-    /// The error every lookup of this Node answers (`nodes.<name>.error`), if any.
-    fn node_error(&self, node_name: &str) -> CloudResult<()> {
-        match self.nodes.get(node_name).and_then(|a| a.error.as_deref()) {
-            Some(message) => Err(CloudError::msg(format!(
-                "fake cloud: node {node_name}: {message}"
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// The node name whose chosen answer has this provider ID, if any.
-    fn node_with_provider_id(&self, provider_id: &str) -> Option<&str> {
-        self.nodes
-            .iter()
-            .find(|(_, a)| a.provider_id.as_deref() == Some(provider_id))
-            .map(|(name, _)| name.as_str())
-    }
-
-    /// The metadata of an existing, answering instance.
-    fn metadata(&self, cfg: &FakeCloudConfig, name: &str) -> CloudResult<InstanceMetadata> {
-        self.node_error(name)?;
-        if self.is_missing(name) {
-            return Err(CloudError::InstanceNotFound);
-        }
-        let answer = self.nodes.get(name);
-        let pick = |field: Option<&String>, default: &String| field.unwrap_or(default).clone();
-        Ok(InstanceMetadata {
-            provider_id: answer
-                .and_then(|a| a.provider_id.clone())
-                .unwrap_or_else(|| format!("fake://{name}")),
-            instance_type: pick(
-                answer.and_then(|a| a.instance_type.as_ref()),
-                &cfg.instance_type,
-            ),
-            node_addresses: answer
-                .and_then(|a| a.addresses.clone())
-                .unwrap_or_else(|| node_addresses(cfg, name)),
-            zone: pick(answer.and_then(|a| a.zone.as_ref()), &cfg.zone),
-            region: pick(answer.and_then(|a| a.region.as_ref()), &cfg.region),
-            additional_labels: answer
-                .and_then(|a| a.additional_labels.clone())
-                .unwrap_or_else(|| cfg.additional_labels.clone()),
-        })
-    }
-
-    /// The lowest address of `range` no load balancer holds (IPv4: neither the network nor
-    /// the broadcast address, unless the range is a /31 or /32).
-    fn free_ip(&self, range: &ipnet::IpNet) -> Option<IpAddr> {
-        let used: std::collections::HashSet<IpAddr> = self
-            .load_balancers
-            .values()
-            .filter_map(|lb| lb.ingress_ip)
-            .collect();
-        range.hosts().find(|ip| !used.contains(ip))
-    }
-
-    /// The load balancers and routes, as the state file holds them.
-    fn snapshot(&self) -> FakeCloudState {
-        FakeCloudState {
-            load_balancers: self
-                .load_balancers
-                .iter()
-                .map(|(key, lb)| (key.clone(), lb.to_state()))
-                .collect(),
-            routes: self
-                .routes
-                .values()
-                .map(|r| RouteState {
-                    name: r.route.name.clone(),
-                    cluster_name: r.cluster.clone(),
-                    target_node: r.route.target_node.clone(),
-                    destination_cidr: r.route.destination_cidr.clone(),
-                    target_node_addresses: r.route.target_node_addresses.clone(),
-                    blackhole: r.route.blackhole,
-                    enable_node_addresses: r.route.enable_node_addresses,
-                })
-                .collect(),
-        }
-    }
-
-    /// Replaces the load balancers and routes with those of a state file.
-    fn restore(&mut self, saved: FakeCloudState) {
-        for (key, lb) in saved.load_balancers {
-            let names: Vec<&str> = lb.hosts.iter().map(String::as_str).collect();
-            let hosts = self.host_sets.intern(&names);
-            self.load_balancers.insert(
-                key,
-                StoredLoadBalancer {
-                    name: lb.name,
-                    hosts,
-                    ports: lb.ports,
-                    cluster_name: lb.cluster_name,
-                    ingress_ip: lb.ingress_ip.and_then(|ip| ip.parse().ok()),
-                },
-            );
-        }
-        for r in saved.routes {
-            self.routes.insert(
-                r.name.clone(),
-                StoredRoute {
-                    cluster: r.cluster_name,
-                    route: Route {
-                        name: r.name,
-                        target_node: r.target_node,
-                        enable_node_addresses: r.enable_node_addresses,
-                        target_node_addresses: r.target_node_addresses,
-                        destination_cidr: r.destination_cidr,
-                        blackhole: r.blackhole,
-                    },
-                },
-            );
-        }
-    }
-}
-
 /// The default `lb_ip_range`: TEST-NET-3 (RFC 5737), a range reserved for documentation.
 const DEFAULT_LB_IP_RANGE: ipnet::Ipv4Net =
     ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(203, 0, 113, 0), 24);
-
-/// The operations that change the load balancers or routes (and so rewrite the state file).
-const MUTATING: &[&str] = &[
-    "ensure_load_balancer",
-    "update_load_balancer",
-    "ensure_load_balancer_deleted",
-    "create_route",
-    "delete_route",
-];
-
-fn injected(op: &str) -> CloudError {
-    CloudError::msg(format!("fake cloud: injected failure of {op}"))
-}
-
-fn arm(fault: Fault) -> ArmedFault {
-    match fault {
-        Fault::FailNext(n) => ArmedFault::FailNext(n),
-        Fault::FailWithProbability { p, seed } => ArmedFault::Probability {
-            // Out-of-range values are clamped (NaN never fails) rather than panicking in rand.
-            p: if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) },
-            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
-        },
-        Fault::Retry { after, count } => ArmedFault::Retry { after, left: count },
-        Fault::NotImplemented => ArmedFault::NotImplemented,
-        Fault::InstanceNotFound => ArmedFault::InstanceNotFound,
-    }
-}
 
 /// Compiles name patterns, logging and skipping invalid ones.
 fn compile_patterns(field: &str, patterns: &[impl AsRef<str>]) -> Vec<Regex> {
@@ -620,6 +338,18 @@ fn compile_patterns(field: &str, patterns: &[impl AsRef<str>]) -> Vec<Regex> {
             }
         })
         .collect()
+}
+
+/// Logs unknown operation names; returns whether the name is known.
+fn warn_unknown_operation(op: &str) -> bool {
+    let known = config::is_operation(op);
+    if !known {
+        tracing::warn!(
+            operation = op,
+            "fake cloud: unknown operation name (see ccm_testing::fake_cloud::OPERATIONS)"
+        );
+    }
+    known
 }
 
 impl Default for FakeCloud {
@@ -759,524 +489,6 @@ impl FakeCloud {
             .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// How many times `op` (a snake_case trait method name, see [`OPERATIONS`]) was called since
-    /// the start or the last [`FakeCloud::reset_calls`], including calls that failed or were
-    /// cancelled.
-    pub fn call_count(&self, op: &str) -> usize {
-        self.lock().counts.get(op).copied().unwrap_or(0)
-    }
-
-    /// The call counts of every operation called at least once.
-    pub fn call_counts(&self) -> BTreeMap<String, usize> {
-        self.lock().counts.clone()
-    }
-
-    /// Every call in the order it was made.
-    pub fn call_log(&self) -> Vec<CallRecord> {
-        self.lock().calls.clone()
-    }
-
-    /// The recorded calls of one operation, in the order they were made.
-    pub fn calls_of(&self, op: &str) -> Vec<CallRecord> {
-        self.lock()
-            .calls
-            .iter()
-            .filter(|c| c.operation == op)
-            .cloned()
-            .collect()
-    }
-
-    /// How many calls of `op` the quota rejected (they are in [`FakeCloud::call_count`] too).
-    pub fn rejected_count(&self, op: &str) -> usize {
-        self.lock().rejected.get(op).copied().unwrap_or(0)
-    }
-
-    /// The rejected-call counts of every operation the quota rejected at least once.
-    pub fn rejected_counts(&self) -> BTreeMap<String, usize> {
-        self.lock().rejected.clone()
-    }
-
-    /// Forgets the recorded calls, counts and rejected counts.
-    pub fn reset_calls(&self) {
-        let mut st = self.lock();
-        st.calls.clear();
-        st.counts.clear();
-        st.rejected.clear();
-    }
-
-    /// Sets the chosen answers for one Node (as `nodes.<name>` in the config), replacing any.
-    pub fn set_node(&self, name: &str, answer: NodeAnswer) {
-        self.lock().nodes.insert(name.to_owned(), answer);
-    }
-
-    /// Forgets the chosen answers for one Node: it gets the default answers again.
-    pub fn remove_node(&self, name: &str) {
-        self.lock().nodes.remove(name);
-    }
-
-    /// Replaces the quota (as `quota` in the config); the new buckets start full.
-    pub fn set_quota(&self, quota: &QuotaConfig) {
-        self.lock().quota = quota::Quota::new(quota);
-    }
-
-    /// The load balancers and routes, as the state file holds them (also without one).
-    pub fn state(&self) -> FakeCloudState {
-        self.lock().snapshot()
-    }
-
-    /// The load balancers that currently exist, keyed by `<namespace>/<name>` of the Service.
-    pub fn load_balancers(&self) -> BTreeMap<String, LoadBalancerState> {
-        self.lock()
-            .load_balancers
-            .iter()
-            .map(|(key, lb)| (key.clone(), lb.to_state()))
-            .collect()
-    }
-
-    /// The route table, in route-name order, with `enable_node_addresses` as stored.
-    ///
-    /// In method-call syntax this inherent method shadows [`CloudProvider::routes`] (the
-    /// capability); reach that one with `CloudProvider::routes(&cloud)` or
-    /// `cloud.provider().routes()`.
-    pub fn routes(&self) -> Vec<Route> {
-        self.lock()
-            .routes
-            .values()
-            .map(|r| r.route.clone())
-            .collect()
-    }
-
-    /// Seeds a route, e.g. a stale or blackhole route the route controller should delete. It
-    /// is listed for every cluster name. A route without a name is named
-    /// `seed-<destination_cidr>`; a route with the name of an existing one replaces it.
-    pub fn insert_route(&self, route: Route) {
-        let mut route = route;
-        if route.name.is_empty() {
-            route.name = format!("seed-{}", route.destination_cidr);
-        }
-        let mut st = self.lock();
-        st.routes.insert(
-            route.name.clone(),
-            StoredRoute {
-                cluster: None,
-                route,
-            },
-        );
-        if let Err(e) = self.persist(&st) {
-            tracing::error!(error = %e, "fake cloud: state file not written");
-        }
-    }
-
-    /// Replaces the patterns of nodes whose instances do not exist (regular expressions matched
-    /// against the whole node name; invalid ones are logged and ignored).
-    pub fn set_missing_nodes(&self, patterns: &[&str]) {
-        let compiled = compile_patterns("missing_nodes", patterns);
-        self.lock().missing = compiled;
-    }
-
-    /// Replaces the patterns of nodes whose instances are shut down (regular expressions matched
-    /// against the whole node name; invalid ones are logged and ignored).
-    pub fn set_shutdown_nodes(&self, patterns: &[&str]) {
-        let compiled = compile_patterns("shutdown_nodes", patterns);
-        self.lock().shutdown = compiled;
-    }
-
-    /// Arms a fault on an operation (a snake_case trait method name, see [`OPERATIONS`]; an
-    /// unknown name is logged as a warning and never fires). Faults already armed on the
-    /// operation stay armed and are consulted first.
-    pub fn inject(&self, op: &str, fault: Fault) {
-        warn_unknown_operation(op);
-        self.lock()
-            .faults
-            .entry(op.to_owned())
-            .or_default()
-            .push(arm(fault));
-    }
-
-    /// Disarms every fault on every operation.
-    pub fn clear_faults(&self) {
-        self.lock().faults.clear();
-    }
-
-    /// Sets the delay of every operation without its own override.
-    pub fn set_latency(&self, latency: Duration) {
-        self.lock().latency = latency;
-    }
-
-    /// Sets the delay of one operation, overriding [`FakeCloud::set_latency`].
-    pub fn set_operation_latency(&self, op: &str, latency: Duration) {
-        warn_unknown_operation(op);
-        self.lock().operation_latency.insert(op.to_owned(), latency);
-    }
-
-    /// Records a call (with the arguments `args` gives), applies the quota, waits the
-    /// latency, consults the faults, then runs `f` under the lock; a successful change of the
-    /// load balancers or routes is written to the state file.
-    async fn call<T>(
-        &self,
-        op: &'static str,
-        subject: impl Into<String>,
-        args: impl FnOnce(&mut State) -> CallArgs,
-        f: impl FnOnce(&FakeCloudConfig, &mut State) -> CloudResult<T>,
-    ) -> CloudResult<T> {
-        let (latency, throttled) = {
-            let mut st = self.lock();
-            let args = args(&mut st);
-            let throttled = if op == "initialize" {
-                None
-            } else {
-                st.quota.admit(op).err()
-            };
-            st.calls.push(CallRecord {
-                operation: op.to_owned(),
-                subject: subject.into(),
-                args,
-                rejected: throttled.is_some(),
-            });
-            *st.counts.entry(op.to_owned()).or_default() += 1;
-            if throttled.is_some() {
-                *st.rejected.entry(op.to_owned()).or_default() += 1;
-            }
-            let latency = st.operation_latency.get(op).copied().unwrap_or(st.latency);
-            (latency, throttled)
-        };
-        if !latency.is_zero() {
-            tokio::time::sleep(latency).await;
-        }
-        if let Some(after) = throttled {
-            return Err(CloudError::retry(
-                after,
-                format!("fake cloud: quota exceeded for {op} (429 Too Many Requests)"),
-            ));
-        }
-        let mut st = self.lock();
-        if let Some(err) = st.fire_fault(op) {
-            return Err(err);
-        }
-        let result = f(&self.inner.config, &mut st)?;
-        if MUTATING.contains(&op) {
-            self.persist(&st).map_err(CloudError::other)?;
-        }
-        Ok(result)
-    }
-
-    /// Writes the state file, when there is one.
-    fn persist(&self, st: &State) -> Result<(), StateFileError> {
-        // Under the state lock, so the file always follows the order of the changes. A test
-        // double can afford the blocking write; the benchmarks run without a state file.
-        match &self.inner.state_file {
-            Some(path) => st.snapshot().save(path),
-            None => Ok(()),
-        }
-    }
-
-    /// The ingress IP for the load balancer `key`: its own when it has one, else a free one of
-    /// `lb_ip_range` (or the fixed `lb_ip`); `None` with `lb_hostname`.
-    fn ingress_ip_for(&self, st: &State, key: &str) -> CloudResult<Option<IpAddr>> {
-        let config = &self.inner.config;
-        if config.lb_hostname.is_some() {
-            return Ok(None);
-        }
-        if let Some(ip) = &config.lb_ip {
-            return ip.parse().map(Some).map_err(CloudError::other);
-        }
-        if let Some(ip) = st.load_balancers.get(key).and_then(|lb| lb.ingress_ip) {
-            return Ok(Some(ip));
-        }
-        st.free_ip(&self.inner.lb_ip_range)
-            .map(Some)
-            .ok_or_else(|| {
-                CloudError::msg(format!(
-                    "fake cloud: lb_ip_range {} has no free address left",
-                    self.inner.lb_ip_range
-                ))
-            })
-    }
-
-    /// The status of a load balancer with this ingress IP (or `lb_hostname`).
-    fn ingress(&self, ip: Option<IpAddr>) -> LoadBalancerStatus {
-        let config = &self.inner.config;
-        let ingress = match (&config.lb_hostname, ip) {
-            (Some(hostname), _) => LoadBalancerIngress {
-                hostname: Some(hostname.clone()),
-                ..Default::default()
-            },
-            (None, ip) => LoadBalancerIngress {
-                ip: ip.map(|ip| ip.to_string()),
-                ..Default::default()
-            },
-        };
-        LoadBalancerStatus {
-            ingress: Some(vec![ingress]),
-        }
-    }
-}
-
-/// Logs unknown operation names; returns whether the name is known.
-fn warn_unknown_operation(op: &str) -> bool {
-    let known = config::is_operation(op);
-    if !known {
-        tracing::warn!(
-            operation = op,
-            "fake cloud: unknown operation name (see ccm_testing::fake_cloud::OPERATIONS)"
-        );
-    }
-    known
-}
-
-/// FNV-1a, 64 bits. Hand-written (six lines) because the derived addresses must stay the same
-/// across Rust releases, which `std`'s `DefaultHasher` does not promise.
-fn stable_hash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// The `InternalIP` of a node: `10.a.b.c` from a hash of its name, `c` in 1..=254.
-pub(crate) fn internal_ip(node_name: &str) -> String {
-    let h = stable_hash(node_name);
-    format!(
-        "10.{}.{}.{}",
-        (h >> 8) & 0xff,
-        (h >> 16) & 0xff,
-        1 + (h % 254)
-    )
-}
-
-/// The `ExternalIP` of a node: in `198.18.0.0/15` from a hash of its name, last octet 1..=254.
-pub(crate) fn external_ip(node_name: &str) -> String {
-    let h = stable_hash(node_name);
-    format!(
-        "198.{}.{}.{}",
-        18 + ((h >> 24) & 1),
-        (h >> 32) & 0xff,
-        1 + ((h >> 40) % 254)
-    )
-}
-
-/// The addresses of a node's instance: InternalIP, ExternalIP (when configured), Hostname.
-pub(crate) fn node_addresses(config: &FakeCloudConfig, node_name: &str) -> Vec<NodeAddress> {
-    let mut addresses = vec![NodeAddress {
-        type_: "InternalIP".into(),
-        address: internal_ip(node_name),
-    }];
-    if config.external_ip {
-        addresses.push(NodeAddress {
-            type_: "ExternalIP".into(),
-            address: external_ip(node_name),
-        });
-    }
-    addresses.push(NodeAddress {
-        type_: "Hostname".into(),
-        address: node_name.to_owned(),
-    });
-    addresses
-}
-
-/// Builds a [`FakeCloud`]; every method sets one field of [`FakeCloudConfig`].
-#[derive(Clone, Debug, Default)]
-pub struct FakeCloudBuilder {
-    config: FakeCloudConfig,
-}
-
-impl FakeCloudBuilder {
-    /// Starts from a configuration instead of the default.
-    pub fn from_config(config: FakeCloudConfig) -> Self {
-        FakeCloudBuilder { config }
-    }
-
-    /// Delay of every call (`latency_ms`).
-    pub fn latency(mut self, latency: Duration) -> Self {
-        self.config.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// Delay of one operation (`operation_latency_ms`), overriding [`FakeCloudBuilder::latency`].
-    pub fn operation_latency(mut self, op: &str, latency: Duration) -> Self {
-        self.config.operation_latency_ms.insert(
-            op.to_owned(),
-            u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-        );
-        self
-    }
-
-    /// The zone of every instance (`zone`).
-    pub fn zone(mut self, zone: &str) -> Self {
-        self.config.zone = zone.to_owned();
-        self
-    }
-
-    /// The region of every instance (`region`).
-    pub fn region(mut self, region: &str) -> Self {
-        self.config.region = region.to_owned();
-        self
-    }
-
-    /// The instance type of every instance (`instance_type`).
-    pub fn instance_type(mut self, instance_type: &str) -> Self {
-        self.config.instance_type = instance_type.to_owned();
-        self
-    }
-
-    /// Whether instances also report an `ExternalIP` (`external_ip`).
-    pub fn external_ip(mut self, on: bool) -> Self {
-        self.config.external_ip = on;
-        self
-    }
-
-    /// Adds a label to every instance's metadata (`additional_labels`).
-    pub fn additional_label(mut self, key: &str, value: &str) -> Self {
-        self.config
-            .additional_labels
-            .insert(key.to_owned(), value.to_owned());
-        self
-    }
-
-    /// Adds a pattern of nodes whose instances do not exist (`missing_nodes`).
-    pub fn missing_node(mut self, pattern: &str) -> Self {
-        self.config.missing_nodes.push(pattern.to_owned());
-        self
-    }
-
-    /// Adds a pattern of nodes whose instances are shut down (`shutdown_nodes`).
-    pub fn shutdown_node(mut self, pattern: &str) -> Self {
-        self.config.shutdown_nodes.push(pattern.to_owned());
-        self
-    }
-
-    /// One ingress IP for every load balancer (`lb_ip`) instead of one each from
-    /// `lb_ip_range`.
-    pub fn lb_ip(mut self, ip: &str) -> Self {
-        self.config.lb_ip = Some(ip.to_owned());
-        self
-    }
-
-    /// The range each load balancer gets its own ingress IP from (`lb_ip_range`).
-    pub fn lb_ip_range(mut self, cidr: &str) -> Self {
-        self.config.lb_ip_range = cidr.to_owned();
-        self
-    }
-
-    /// Chosen answers for one Node (`nodes.<name>`).
-    pub fn node(mut self, name: &str, answer: NodeAnswer) -> Self {
-        self.config.nodes.insert(name.to_owned(), answer);
-        self
-    }
-
-    /// The overall quota (`quota.overall`): `per_second` calls per second, `burst` saved.
-    pub fn quota(mut self, per_second: f64, burst: u32) -> Self {
-        self.config.quota.overall = Some(Rate { per_second, burst });
-        self
-    }
-
-    /// The quota of one operation (`quota.operations.<op>`).
-    pub fn operation_quota(mut self, op: &str, per_second: f64, burst: u32) -> Self {
-        self.config
-            .quota
-            .operations
-            .insert(op.to_owned(), Rate { per_second, burst });
-        self
-    }
-
-    /// Offer [`InstancesBatch`](ccm_core::InstancesBatch) or not (default off).
-    pub fn instances_batch(mut self, on: bool) -> Self {
-        self.config.capabilities.instances_batch = on;
-        self
-    }
-
-    /// The most Nodes one `describe_instances` call accepts (`max_batch_size`).
-    pub fn max_batch_size(mut self, max: usize) -> Self {
-        self.config.max_batch_size = max;
-        self
-    }
-
-    /// Keep the load balancers and routes in this file (`state_file`).
-    pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.config.state_file = Some(path.into());
-        self
-    }
-
-    /// Report this ingress hostname instead of an IP (`lb_hostname`).
-    pub fn lb_hostname(mut self, hostname: &str) -> Self {
-        self.config.lb_hostname = Some(hostname.to_owned());
-        self
-    }
-
-    /// Whether `list_routes` sets `enable_node_addresses` (`track_node_addresses`).
-    pub fn track_node_addresses(mut self, on: bool) -> Self {
-        self.config.track_node_addresses = on;
-        self
-    }
-
-    /// The cluster names `list_clusters` answers (`clusters`).
-    pub fn clusters(mut self, clusters: &[&str]) -> Self {
-        self.config.clusters = clusters.iter().map(|c| (*c).to_owned()).collect();
-        self
-    }
-
-    /// All capability switches at once (`capabilities`).
-    pub fn capabilities(mut self, capabilities: Capabilities) -> Self {
-        self.config.capabilities = capabilities;
-        self
-    }
-
-    /// Offer [`InstancesV2`](ccm_core::InstancesV2) or not (default on).
-    pub fn instances_v2(mut self, on: bool) -> Self {
-        self.config.capabilities.instances_v2 = on;
-        self
-    }
-
-    /// Offer the legacy v1 [`Instances`](ccm_core::Instances) and
-    /// [`Zones`](ccm_core::Zones) or not (default off).
-    pub fn legacy_instances(mut self, on: bool) -> Self {
-        self.config.capabilities.instances = on;
-        self.config.capabilities.zones = on;
-        self
-    }
-
-    /// Offer [`LoadBalancer`](ccm_core::LoadBalancer) or not (default on).
-    pub fn load_balancer(mut self, on: bool) -> Self {
-        self.config.capabilities.load_balancer = on;
-        self
-    }
-
-    /// Offer [`Routes`](ccm_core::Routes) or not (default on).
-    pub fn routes(mut self, on: bool) -> Self {
-        self.config.capabilities.routes = on;
-        self
-    }
-
-    /// Offer [`Clusters`](ccm_core::Clusters) or not (default on).
-    pub fn cluster_listing(mut self, on: bool) -> Self {
-        self.config.capabilities.clusters = on;
-        self
-    }
-
-    /// Arms a fault on an operation from the start (`faults`).
-    pub fn fault(mut self, op: &str, fault: Fault) -> Self {
-        self.config
-            .faults
-            .entry(op.to_owned())
-            .or_default()
-            .push(fault);
-        self
-    }
-
-    /// The configuration built so far.
-    pub fn config(&self) -> &FakeCloudConfig {
-        &self.config
-    }
-
-    /// Builds the fake cloud; invalid entries are logged and ignored (see [`FakeCloud::new`]).
-    pub fn build(self) -> FakeCloud {
-        FakeCloud::new(self.config)
-    }
-
-    /// Builds the fake cloud after validating the configuration.
-    pub fn try_build(self) -> Result<FakeCloud, FakeCloudConfigError> {
-        FakeCloud::try_new(self.config)
     }
 }
 

@@ -46,14 +46,11 @@ impl<'a> Ctx<'a> {
         batch: &dyn InstancesBatch,
         nodes: &[Arc<Node>],
     ) -> Result<InstanceAnswers, Stop> {
-        self.call("describe_instances", || batch.describe_instances(nodes))
-            .await
-            .map_err(|e| {
-                fail(
-                    format!("describe_instances of {} nodes to succeed", nodes.len()),
-                    describe(&e),
-                )
-            })
+        let expected = format!("describe_instances of {} nodes to succeed", nodes.len());
+        self.call_ok("describe_instances", expected, || {
+            batch.describe_instances(nodes)
+        })
+        .await
     }
 
     /// `describe_instances` in batches of at most `max_batch_size`, merged.

@@ -29,6 +29,42 @@ pub(super) async fn cancel_after<T>(
     }
 }
 
+/// After `what`, an ensure then an ensure_load_balancer_deleted must leave the load balancer
+/// as it was before the check (`before`: whether it existed).
+async fn lb_as_before(ctx: &mut Ctx<'_>, hosts: &[Arc<Node>], before: bool, what: &str) -> Step {
+    let (_, svc) = ctx.lb()?;
+    let state = |b: bool| if b { "exists" } else { "does not exist" };
+    ctx.ensure(hosts).await?;
+    ctx.delete_lb().await?;
+    let now = ctx.get_lb().await?.is_some();
+    if now != before {
+        return Err(fail(
+            format!(
+                "after {what}, then ensure and ensure_load_balancer_deleted, the load balancer of {} to be as before ({})",
+                service_ref(svc),
+                state(before)
+            ),
+            format!("get_load_balancer: it {}", state(now)),
+        ));
+    }
+    Ok(())
+}
+
+/// After `what`, deleting every listed route to `cidr` must leave none.
+async fn delete_every_route_to(ctx: &Ctx<'_>, cidr: &str, what: &str) -> Step {
+    for listed in ctx.listed_with(cidr).await? {
+        ctx.delete_route(&listed).await?;
+    }
+    let left = ctx.listed_with(cidr).await?;
+    if !left.is_empty() {
+        return Err(fail(
+            format!("after {what}, deleting every listed route to {cidr} to leave none"),
+            format!("{left:?}"),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
     let delays = [Duration::ZERO, ctx.input().cancel_after];
     let mut exercised = false;
@@ -149,7 +185,6 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
         exercised = true;
         let cluster = ctx.cluster();
         let before = ctx.get_lb().await?.is_some();
-        let state = |b: bool| if b { "exists" } else { "does not exist" };
         for after in delays {
             ctx.lb_touched = true;
             cancel_after(
@@ -158,19 +193,7 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 lb.ensure_load_balancer(cluster, svc, hosts),
             )
             .await?;
-            ctx.ensure(hosts).await?;
-            ctx.delete_lb().await?;
-            let now = ctx.get_lb().await?.is_some();
-            if now != before {
-                return Err(fail(
-                    format!(
-                        "after a cancelled ensure_load_balancer, then ensure and ensure_load_balancer_deleted, the load balancer of {} to be as before ({})",
-                        service_ref(svc),
-                        state(before)
-                    ),
-                    format!("get_load_balancer: it {}", state(now)),
-                ));
-            }
+            lb_as_before(ctx, hosts, before, "a cancelled ensure_load_balancer").await?;
 
             ctx.ensure(hosts).await?;
             cancel_after(
@@ -185,26 +208,18 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 lb.update_load_balancer(cluster, svc, &hosts[..1]),
             )
             .await?;
-            ctx.call("update_load_balancer", || {
-                lb.update_load_balancer(cluster, svc, hosts)
-            })
-            .await
-            .or_else(|e| {
-                if e.is_implemented_elsewhere() {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| {
-                fail(
-                    format!(
-                        "update_load_balancer of {} after a cancelled update to succeed",
-                        service_ref(svc)
-                    ),
-                    describe(&e),
-                )
-            })?;
+            let answer = ctx
+                .call("update_load_balancer", || {
+                    lb.update_load_balancer(cluster, svc, hosts)
+                })
+                .await;
+            succeeded(
+                tolerate(answer, CloudError::is_implemented_elsewhere, ()),
+                format!(
+                    "update_load_balancer of {} after a cancelled update to succeed",
+                    service_ref(svc)
+                ),
+            )?;
             if ctx.get_lb().await?.is_none() {
                 return Err(fail(
                     format!(
@@ -220,19 +235,13 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 lb.ensure_load_balancer_deleted(cluster, svc),
             )
             .await?;
-            ctx.ensure(hosts).await?;
-            ctx.delete_lb().await?;
-            let now = ctx.get_lb().await?.is_some();
-            if now != before {
-                return Err(fail(
-                    format!(
-                        "after a cancelled ensure_load_balancer_deleted, then ensure and ensure_load_balancer_deleted, the load balancer of {} to be as before ({})",
-                        service_ref(svc),
-                        state(before)
-                    ),
-                    format!("get_load_balancer: it {}", state(now)),
-                ));
-            }
+            lb_as_before(
+                ctx,
+                hosts,
+                before,
+                "a cancelled ensure_load_balancer_deleted",
+            )
+            .await?;
         }
     }
 
@@ -256,18 +265,7 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 routes.create_route(cluster, &hint, &route),
             )
             .await?;
-            for listed in ctx.listed_with(cidr).await? {
-                ctx.delete_route(&listed).await?;
-            }
-            let left = ctx.listed_with(cidr).await?;
-            if !left.is_empty() {
-                return Err(fail(
-                    format!(
-                        "after a cancelled create_route, deleting every listed route to {cidr} to leave none"
-                    ),
-                    format!("{left:?}"),
-                ));
-            }
+            delete_every_route_to(ctx, cidr, "a cancelled create_route").await?;
             ctx.create_route(node, cidr, "").await?;
             for listed in ctx.listed_with(cidr).await? {
                 cancel_after(
@@ -277,18 +275,7 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 )
                 .await?;
             }
-            for listed in ctx.listed_with(cidr).await? {
-                ctx.delete_route(&listed).await?;
-            }
-            let left = ctx.listed_with(cidr).await?;
-            if !left.is_empty() {
-                return Err(fail(
-                    format!(
-                        "after a cancelled delete_route, deleting every listed route to {cidr} to leave none"
-                    ),
-                    format!("{left:?}"),
-                ));
-            }
+            delete_every_route_to(ctx, cidr, "a cancelled delete_route").await?;
         }
     }
 

@@ -22,24 +22,17 @@ pub(super) async fn instance_metadata_stable(ctx: &mut Ctx<'_>) -> Step {
         } else if let Some(v1) = ctx.v1() {
             let mut answers = Vec::new();
             for _ in 0..3 {
+                let to_succeed = |what: &str| format!("{what} of running node {name:?} to succeed");
                 let addresses = ctx
-                    .call("node_addresses", || v1.node_addresses(&name))
-                    .await
-                    .map_err(|e| {
-                        fail(
-                            format!("node_addresses of running node {name:?} to succeed"),
-                            describe(&e),
-                        )
-                    })?;
+                    .call_ok("node_addresses", to_succeed("node_addresses"), || {
+                        v1.node_addresses(&name)
+                    })
+                    .await?;
                 let instance_type = ctx
-                    .call("instance_type", || v1.instance_type(&name))
-                    .await
-                    .map_err(|e| {
-                        fail(
-                            format!("instance_type of running node {name:?} to succeed"),
-                            describe(&e),
-                        )
-                    })?;
+                    .call_ok("instance_type", to_succeed("instance_type"), || {
+                        v1.instance_type(&name)
+                    })
+                    .await?;
                 answers.push((addresses, instance_type));
             }
             if answers.windows(2).any(|w| w[0] != w[1]) {
@@ -131,51 +124,34 @@ pub(super) async fn instance_exists_false_for_unknown(ctx: &mut Ctx<'_>) -> Step
     let mut checked = false;
     if let Some(v2) = ctx.v2() {
         checked = true;
-        match ctx
+        let expected = format!("instance_exists of the missing node {name:?} to be Ok(false)");
+        let answer = ctx
             .call("instance_exists", || v2.instance_exists(node))
-            .await
-        {
-            Ok(false) => {}
-            Ok(true) => {
-                return Err(fail(
-                    format!("instance_exists of the missing node {name:?} to be Ok(false)"),
-                    "Ok(true)",
-                ));
-            }
-            Err(e) => {
-                return Err(fail(
-                    format!(
-                        "instance_exists of the missing node {name:?} to be Ok(false), not an error (an error never lets the Node be deleted)"
-                    ),
-                    describe(&e),
-                ));
-            }
-        }
+            .await;
+        let exists = succeeded(
+            answer,
+            format!("{expected}, not an error (an error never lets the Node be deleted)"),
+        )?;
+        expect_value(exists, false, expected)?;
     }
     if let (Some(v1), Some(pid)) = (ctx.v1(), spec_provider_id(node)) {
         checked = true;
-        match ctx
+        let answer = ctx
             .call("instance_exists_by_provider_id", || {
                 v1.instance_exists_by_provider_id(&pid)
             })
-            .await
-        {
-            Ok(false) => {}
-            Ok(true) => {
-                return Err(fail(
-                    format!("instance_exists_by_provider_id({pid:?}) to be Ok(false)"),
-                    "Ok(true)",
-                ));
-            }
-            Err(e) => {
-                return Err(fail(
-                    format!(
-                        "instance_exists_by_provider_id({pid:?}) of a missing instance to be Ok(false), not an error"
-                    ),
-                    describe(&e),
-                ));
-            }
-        }
+            .await;
+        let exists = succeeded(
+            answer,
+            format!(
+                "instance_exists_by_provider_id({pid:?}) of a missing instance to be Ok(false), not an error"
+            ),
+        )?;
+        expect_value(
+            exists,
+            false,
+            format!("instance_exists_by_provider_id({pid:?}) to be Ok(false)"),
+        )?;
     }
     if checked {
         Ok(())
@@ -195,26 +171,12 @@ pub(super) async fn instance_exists_true_for_existing(ctx: &mut Ctx<'_>) -> Step
     for (node, state) in nodes {
         let name = name_of(node);
         if let Some(v2) = ctx.v2() {
-            match ctx
+            let expected = format!("instance_exists of the {state} node {name:?} to be Ok(true)");
+            let answer = ctx
                 .call("instance_exists", || v2.instance_exists(node))
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(fail(
-                        format!(
-                            "instance_exists of the {state} node {name:?} to be Ok(true) (false deletes the Node)"
-                        ),
-                        "Ok(false)",
-                    ));
-                }
-                Err(e) => {
-                    return Err(fail(
-                        format!("instance_exists of the {state} node {name:?} to be Ok(true)"),
-                        describe(&e),
-                    ));
-                }
-            }
+                .await;
+            let exists = succeeded(answer, expected.clone())?;
+            expect_value(exists, true, format!("{expected} (false deletes the Node)"))?;
         }
         let pid = match ctx.v1() {
             Some(_) => ctx.provider_id_of(node).await,
@@ -226,25 +188,18 @@ pub(super) async fn instance_exists_true_for_existing(ctx: &mut Ctx<'_>) -> Step
             ));
         }
         if let (Some(v1), Some(pid)) = (ctx.v1(), pid) {
-            match ctx
+            let answer = ctx
                 .call("instance_exists_by_provider_id", || {
                     v1.instance_exists_by_provider_id(&pid)
                 })
-                .await
-            {
-                Ok(true) => {}
-                other => {
-                    return Err(fail(
-                        format!(
-                            "instance_exists_by_provider_id({pid:?}) of the {state} node {name:?} to be Ok(true)"
-                        ),
-                        match other {
-                            Ok(b) => format!("Ok({b})"),
-                            Err(e) => describe(&e),
-                        },
-                    ));
-                }
-            }
+                .await;
+            expect_answer(
+                answer,
+                true,
+                format!(
+                    "instance_exists_by_provider_id({pid:?}) of the {state} node {name:?} to be Ok(true)"
+                ),
+            )?;
         }
     }
     Ok(())
@@ -350,17 +305,14 @@ pub(super) async fn zones_non_empty(ctx: &mut Ctx<'_>) -> Step {
         let zone = match by_pid {
             Some(Ok(zone)) => zone,
             // The framework falls back to the lookup by name.
-            _ => ctx
-                .call("get_zone_by_node_name", || {
-                    zones.get_zone_by_node_name(&name)
-                })
-                .await
-                .map_err(|e| {
-                    fail(
-                        format!("a zone for the running node {name:?}"),
-                        describe(&e),
-                    )
-                })?,
+            _ => {
+                ctx.call_ok(
+                    "get_zone_by_node_name",
+                    format!("a zone for the running node {name:?}"),
+                    || zones.get_zone_by_node_name(&name),
+                )
+                .await?
+            }
         };
         if zone.failure_domain.is_empty() || zone.region.is_empty() {
             return Err(fail(
@@ -387,11 +339,8 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
             format!("v1: {v1}, v2: {v2}"),
         )
     };
-    let v1_err = |what: &str, name: &str, e: CloudError| {
-        fail(
-            format!("{what} of running node {name:?} to succeed on the legacy path"),
-            describe(&e),
-        )
+    let on_legacy_path = |what: &str, name: &str| {
+        format!("{what} of running node {name:?} to succeed on the legacy path")
     };
     for node in ctx.nodes()? {
         let name = name_of(node);
@@ -404,7 +353,9 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
                 }
             }
             Err(CloudError::NotImplemented) => {}
-            Err(e) => return Err(v1_err("instance_id", &name, e)),
+            Err(e) => {
+                return Err(fail(on_legacy_path("instance_id", &name), describe(&e)));
+            }
         }
         let pid = if meta.provider_id.is_empty() {
             spec_provider_id(node).unwrap_or_default()
@@ -412,11 +363,12 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
             meta.provider_id.clone()
         };
         let instance_type = ctx
-            .call("instance_type_by_provider_id", || {
-                v1.instance_type_by_provider_id(&pid)
-            })
-            .await
-            .map_err(|e| v1_err("instance_type_by_provider_id", &name, e))?;
+            .call_ok(
+                "instance_type_by_provider_id",
+                on_legacy_path("instance_type_by_provider_id", &name),
+                || v1.instance_type_by_provider_id(&pid),
+            )
+            .await?;
         if instance_type != meta.instance_type {
             return Err(mismatch(
                 "the instance type",
@@ -426,11 +378,12 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
             ));
         }
         let addresses = ctx
-            .call("node_addresses_by_provider_id", || {
-                v1.node_addresses_by_provider_id(&pid)
-            })
-            .await
-            .map_err(|e| v1_err("node_addresses_by_provider_id", &name, e))?;
+            .call_ok(
+                "node_addresses_by_provider_id",
+                on_legacy_path("node_addresses_by_provider_id", &name),
+                || v1.node_addresses_by_provider_id(&pid),
+            )
+            .await?;
         if address_set(&addresses) != address_set(&meta.node_addresses) {
             return Err(mismatch(
                 "the addresses",
@@ -440,15 +393,19 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
             ));
         }
         let exists_v1 = ctx
-            .call("instance_exists_by_provider_id", || {
-                v1.instance_exists_by_provider_id(&pid)
-            })
-            .await
-            .map_err(|e| v1_err("instance_exists_by_provider_id", &name, e))?;
+            .call_ok(
+                "instance_exists_by_provider_id",
+                on_legacy_path("instance_exists_by_provider_id", &name),
+                || v1.instance_exists_by_provider_id(&pid),
+            )
+            .await?;
         let exists_v2 = ctx
-            .call("instance_exists", || v2.instance_exists(node))
-            .await
-            .map_err(|e| v1_err("instance_exists (v2)", &name, e))?;
+            .call_ok(
+                "instance_exists",
+                on_legacy_path("instance_exists (v2)", &name),
+                || v2.instance_exists(node),
+            )
+            .await?;
         if exists_v1 != exists_v2 {
             return Err(mismatch(
                 "existence",
@@ -457,30 +414,22 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
                 exists_v2.to_string(),
             ));
         }
-        let shut_v1 = ctx
+        let answer = ctx
             .call("instance_shutdown_by_provider_id", || {
                 v1.instance_shutdown_by_provider_id(&pid)
             })
-            .await
-            .or_else(|e| {
-                if e.is_not_implemented() {
-                    Ok(false)
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| v1_err("instance_shutdown_by_provider_id", &name, e))?;
-        let shut_v2 = ctx
+            .await;
+        let shut_v1 = succeeded(
+            tolerate(answer, CloudError::is_not_implemented, false),
+            on_legacy_path("instance_shutdown_by_provider_id", &name),
+        )?;
+        let answer = ctx
             .call("instance_shutdown", || v2.instance_shutdown(node))
-            .await
-            .or_else(|e| {
-                if e.is_not_implemented() {
-                    Ok(false)
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| v1_err("instance_shutdown (v2)", &name, e))?;
+            .await;
+        let shut_v2 = succeeded(
+            tolerate(answer, CloudError::is_not_implemented, false),
+            on_legacy_path("instance_shutdown (v2)", &name),
+        )?;
         if shut_v1 != shut_v2 {
             return Err(mismatch(
                 "the shutdown state",
@@ -493,11 +442,12 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
             && !meta.zone.is_empty()
         {
             let zone = ctx
-                .call("get_zone_by_provider_id", || {
-                    zones.get_zone_by_provider_id(&pid)
-                })
-                .await
-                .map_err(|e| v1_err("get_zone_by_provider_id", &name, e))?;
+                .call_ok(
+                    "get_zone_by_provider_id",
+                    on_legacy_path("get_zone_by_provider_id", &name),
+                    || zones.get_zone_by_provider_id(&pid),
+                )
+                .await?;
             if zone.failure_domain != meta.zone || zone.region != meta.region {
                 return Err(mismatch(
                     "the zone and region",

@@ -15,15 +15,11 @@ pub(super) async fn ensure_idempotent(ctx: &mut Ctx<'_>) -> Step {
             format!("{first:?}"),
         ));
     }
-    let second = ctx.ensure(hosts).await.map_err(|stop| match stop {
-        Stop::Failed { observed, .. } => fail(
-            format!(
-                "a second ensure_load_balancer of {} with the same input to succeed (idempotent)",
-                service_ref(svc)
-            ),
-            observed,
-        ),
-        other => other,
+    let second = ctx.ensure(hosts).await.map_err(|stop| {
+        stop.expecting(format!(
+            "a second ensure_load_balancer of {} with the same input to succeed (idempotent)",
+            service_ref(svc)
+        ))
     })?;
     if second != first {
         return Err(fail(

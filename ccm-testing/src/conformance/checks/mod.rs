@@ -40,6 +40,62 @@ fn skip(reason: impl Into<String>) -> Stop {
     Stop::Skipped(reason.into())
 }
 
+impl Stop {
+    /// The same failure, reported with another expectation (what the check was doing when
+    /// the step failed); a skip stays a skip.
+    fn expecting(self, expected: impl Into<String>) -> Stop {
+        match self {
+            Stop::Failed { observed, .. } => fail(expected, observed),
+            skipped => skipped,
+        }
+    }
+}
+
+/// A call's answer, or a failed check when it is an error: `expected`, and the error with its
+/// kind as what the call answered.
+fn succeeded<T>(answer: CloudResult<T>, expected: impl Into<String>) -> Result<T, Stop> {
+    answer.map_err(|e| fail(expected, describe(&e)))
+}
+
+/// A call's answer with the errors `tolerated` accepts read as `Ok(instead)` (as Go reads
+/// NotImplemented or ImplementedElsewhere where they are allowed).
+fn tolerate<T>(
+    answer: CloudResult<T>,
+    tolerated: impl FnOnce(&CloudError) -> bool,
+    instead: T,
+) -> CloudResult<T> {
+    match answer {
+        Err(e) if tolerated(&e) => Ok(instead),
+        answer => answer,
+    }
+}
+
+/// Matches a value a call answered against the one expected; another fails the check with
+/// `expected`, and `Ok(<value>)` as what the call answered.
+fn expect_value<T: PartialEq + std::fmt::Debug>(
+    got: T,
+    want: T,
+    expected: impl Into<String>,
+) -> Step {
+    if got == want {
+        Ok(())
+    } else {
+        Err(fail(expected, format!("Ok({got:?})")))
+    }
+}
+
+/// Matches a call's answer against `Ok(want)`: an error or another value fails the check with
+/// `expected` and what the call answered.
+fn expect_answer<T: PartialEq + std::fmt::Debug>(
+    answer: CloudResult<T>,
+    want: T,
+    expected: impl Into<String>,
+) -> Step {
+    let expected = expected.into();
+    let got = succeeded(answer, expected.clone())?;
+    expect_value(got, want, expected)
+}
+
 fn describe(err: &CloudError) -> String {
     format!("error ({}): {err}", err.kind())
 }
@@ -205,6 +261,21 @@ impl<'a> Ctx<'a> {
         call_with_retry(input.call_timeout, input.retry_budget, what, f).await
     }
 
+    /// Calls the provider (as [`call`](Self::call)) and returns its answer; an error fails the
+    /// check with `expected` and the error.
+    async fn call_ok<T, F, Fut>(
+        &self,
+        what: &str,
+        expected: impl Into<String>,
+        f: F,
+    ) -> Result<T, Stop>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = CloudResult<T>>,
+    {
+        succeeded(self.call(what, f).await, expected)
+    }
+
     fn nodes(&self) -> Result<&'a [Arc<Node>], Stop> {
         let nodes = &self.input().existing_nodes;
         if nodes.is_empty() {
@@ -290,17 +361,12 @@ impl<'a> Ctx<'a> {
     }
 
     async fn metadata(&self, v2: &dyn InstancesV2, node: &Node) -> Result<InstanceMetadata, Stop> {
-        self.call("instance_metadata", || v2.instance_metadata(node))
+        let expected = format!(
+            "instance_metadata of running node {:?} to succeed",
+            name_of(node)
+        );
+        self.call_ok("instance_metadata", expected, || v2.instance_metadata(node))
             .await
-            .map_err(|e| {
-                fail(
-                    format!(
-                        "instance_metadata of running node {:?} to succeed",
-                        name_of(node)
-                    ),
-                    describe(&e),
-                )
-            })
     }
 
     async fn ensure(&mut self, hosts: &[Arc<Node>]) -> Result<LoadBalancerStatus, Stop> {
@@ -326,32 +392,24 @@ impl<'a> Ctx<'a> {
     async fn delete_lb(&self) -> Result<(), Stop> {
         let (lb, svc) = self.lb()?;
         let cluster = self.cluster();
-        self.call("ensure_load_balancer_deleted", || {
+        let expected = format!(
+            "ensure_load_balancer_deleted of {} to succeed",
+            service_ref(svc)
+        );
+        self.call_ok("ensure_load_balancer_deleted", expected, || {
             lb.ensure_load_balancer_deleted(cluster, svc)
         })
         .await
-        .map_err(|e| {
-            fail(
-                format!(
-                    "ensure_load_balancer_deleted of {} to succeed",
-                    service_ref(svc)
-                ),
-                describe(&e),
-            )
-        })
     }
 
     async fn get_lb(&self) -> Result<Option<LoadBalancerStatus>, Stop> {
         let (lb, svc) = self.lb()?;
         let cluster = self.cluster();
-        self.call("get_load_balancer", || lb.get_load_balancer(cluster, svc))
-            .await
-            .map_err(|e| {
-                fail(
-                    format!("get_load_balancer of {} to succeed", service_ref(svc)),
-                    describe(&e),
-                )
-            })
+        let expected = format!("get_load_balancer of {} to succeed", service_ref(svc));
+        self.call_ok("get_load_balancer", expected, || {
+            lb.get_load_balancer(cluster, svc)
+        })
+        .await
     }
 
     fn route_for(&self, node: &Node, cidr: &str) -> Route {
@@ -382,27 +440,23 @@ impl<'a> Ctx<'a> {
         let route = self.route_for(node, cidr);
         let hint = Self::name_hint(node, suffix);
         let cluster = self.cluster();
-        self.call("create_route", || {
+        let expected = format!(
+            "create_route of {cidr} to node {:?} to succeed",
+            name_of(node)
+        );
+        self.call_ok("create_route", expected, || {
             routes.create_route(cluster, &hint, &route)
         })
         .await
-        .map_err(|e| {
-            fail(
-                format!(
-                    "create_route of {cidr} to node {:?} to succeed",
-                    name_of(node)
-                ),
-                describe(&e),
-            )
-        })
     }
 
     async fn list_routes(&self) -> Result<Vec<Route>, Stop> {
         let (routes, _, _) = self.routes()?;
         let cluster = self.cluster();
-        self.call("list_routes", || routes.list_routes(cluster))
-            .await
-            .map_err(|e| fail("list_routes to succeed", describe(&e)))
+        self.call_ok("list_routes", "list_routes to succeed", || {
+            routes.list_routes(cluster)
+        })
+        .await
     }
 
     async fn listed_with(&self, cidr: &str) -> Result<Vec<Route>, Stop> {
@@ -417,14 +471,11 @@ impl<'a> Ctx<'a> {
     async fn delete_route(&self, route: &Route) -> Step {
         let (routes, _, _) = self.routes()?;
         let cluster = self.cluster();
-        self.call("delete_route", || routes.delete_route(cluster, route))
-            .await
-            .map_err(|e| {
-                fail(
-                    format!("delete_route of {} to succeed", route.destination_cidr),
-                    describe(&e),
-                )
-            })
+        let expected = format!("delete_route of {} to succeed", route.destination_cidr);
+        self.call_ok("delete_route", expected, || {
+            routes.delete_route(cluster, route)
+        })
+        .await
     }
 
     /// Deletes what the check created; returns notes on failures.

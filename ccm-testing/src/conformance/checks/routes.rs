@@ -37,15 +37,11 @@ pub(super) async fn routes_create_existing(ctx: &mut Ctx<'_>) -> Step {
     let (_, cidr, node) = ctx.routes()?;
     require_unused_cidr(ctx, cidr).await?;
     ctx.create_route(node, cidr, "").await?;
-    ctx.create_route(node, cidr, "")
-        .await
-        .map_err(|stop| match stop {
-            Stop::Failed { observed, .. } => fail(
-                format!("creating the existing route to {cidr} again to succeed"),
-                observed,
-            ),
-            other => other,
-        })?;
+    ctx.create_route(node, cidr, "").await.map_err(|stop| {
+        stop.expecting(format!(
+            "creating the existing route to {cidr} again to succeed"
+        ))
+    })?;
     let listed = ctx.listed_with(cidr).await?;
     if listed.len() > 1 {
         return Err(fail(
@@ -60,30 +56,22 @@ pub(super) async fn routes_delete_missing(ctx: &mut Ctx<'_>) -> Step {
     let (_, cidr, node) = ctx.routes()?;
     require_unused_cidr(ctx, cidr).await?;
     let never_created = ctx.route_for(node, cidr);
-    ctx.delete_route(&never_created)
-        .await
-        .map_err(|stop| match stop {
-            Stop::Failed { observed, .. } => fail(
-                format!("delete_route of a route to {cidr} that was never created to succeed"),
-                observed,
-            ),
-            other => other,
-        })?;
+    ctx.delete_route(&never_created).await.map_err(|stop| {
+        stop.expecting(format!(
+            "delete_route of a route to {cidr} that was never created to succeed"
+        ))
+    })?;
     ctx.create_route(node, cidr, "").await?;
     let listed = ctx.listed_with(cidr).await?;
     for route in &listed {
         ctx.delete_route(route).await?;
     }
     for route in &listed {
-        ctx.delete_route(route).await.map_err(|stop| match stop {
-            Stop::Failed { observed, .. } => fail(
-                format!(
-                    "delete_route of the already deleted route {:?} to succeed",
-                    route.name
-                ),
-                observed,
-            ),
-            other => other,
+        ctx.delete_route(route).await.map_err(|stop| {
+            stop.expecting(format!(
+                "delete_route of the already deleted route {:?} to succeed",
+                route.name
+            ))
         })?;
     }
     Ok(())

@@ -5,7 +5,6 @@
 //!
 //! The node and Service tests run against a real cluster too when `CCM_TEST_KUBECONFIG` is set
 //! (they go through `TestCluster`); the namespace-controller switch is in-process only.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
@@ -18,16 +17,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use serde_json::json;
 
+use crate::support::api_err;
+
 const NOT_READY: &str = "node.kubernetes.io/not-ready";
 const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 const T: Duration = Duration::from_secs(20);
-
-fn api_err(e: kube::Error) -> Box<kube::core::Status> {
-    match e {
-        kube::Error::Api(s) => s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 fn taints(node: &Node) -> Vec<(String, Option<String>, String)> {
     node.spec

@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The conformance suite's batch checks: FakeCloud with `InstancesBatch` passes them; a batch
 //! that breaks the contract (calls a running Node gone, maps answers by position, declares a
 //! size of 0) fails the check for that contract; a batch that leaves Nodes out passes, noted.

@@ -1,6 +1,5 @@
 //! TokenReview and SubjectAccessReview on the in-process API server, through a `kube::Client`
 //! as a delegating component calls them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use ccm_testing::apiserver::ApiServer;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};

@@ -1,6 +1,5 @@
 //! kube-runtime machinery (watcher, reflector, Controller, events Recorder) and
 //! kube-lease-manager running against the in-process API server.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +19,8 @@ use kube::runtime::watcher::{self, Event as WEvent};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::support::server_with_node;
+
 const T: Duration = Duration::from_secs(20);
 
 async fn next<S, K>(s: &mut S) -> WEvent<K>
@@ -35,12 +36,7 @@ where
 
 #[tokio::test]
 async fn watcher_lists_then_watches_and_recovers() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, _) = server_with_node("n1").await;
     let mut w = watcher(nodes.clone(), watcher::Config::default()).boxed();
     assert!(matches!(next(&mut w).await, WEvent::Init));
     match next(&mut w).await {
@@ -254,12 +250,7 @@ async fn controller_reconciles_every_node() {
 
 #[tokio::test]
 async fn metadata_only_and_streaming_list_watchers() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, _) = server_with_node("n1").await;
     let meta: Api<PartialObjectMeta<Node>> = Api::all(s.client());
     let mut w = watcher(meta, watcher::Config::default()).boxed();
     assert!(matches!(next(&mut w).await, WEvent::Init));
@@ -294,12 +285,7 @@ async fn metadata_only_and_streaming_list_watchers() {
 
 #[tokio::test]
 async fn recorder_events_show_up_in_both_event_apis() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    let node = nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, _, node) = server_with_node("n1").await;
     let recorder = Recorder::new(s.client(), Reporter::from("cloud-node-controller"));
     recorder
         .publish(
@@ -441,12 +427,7 @@ async fn kube_finalizer_helper_adds_and_removes_its_finalizer() {
 
 #[tokio::test]
 async fn empty_lists_are_dropped_as_kube_apiserver_does() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    let created = nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (_s, nodes, created) = server_with_node("n1").await;
     // Remove every taint (the builder's and admission's not-ready one) with a JSON patch: the
     // list disappears rather than staying [].
     let count = created.spec.unwrap().taints.unwrap().len();
@@ -474,12 +455,7 @@ async fn empty_lists_are_dropped_as_kube_apiserver_does() {
 
 #[tokio::test]
 async fn an_injected_watch_expiry_makes_the_watcher_relist() {
-    let s = ApiServer::start().await;
-    let nodes: Api<Node> = Api::all(s.client());
-    nodes
-        .create(&PostParams::default(), &kubelet_node("n1").build())
-        .await
-        .unwrap();
+    let (s, nodes, _) = server_with_node("n1").await;
     s.fail_next("watch", "nodes", 1, 410, None);
     let mut w = watcher(nodes.clone(), watcher::Config::default()).boxed();
     let mut gone = false;

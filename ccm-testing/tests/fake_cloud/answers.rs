@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! FakeCloud: per-Node answers, one ingress IP per load balancer, call records with their
 //! arguments, the quota, the batch capability and the state file.
 
@@ -6,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::k8s_openapi::api::core::v1::{NodeSpec, ServicePort, ServiceSpec};
+use ccm_core::k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
 use ccm_core::{
     CloudError, CloudProvider, InstanceAnswer, Node, NodeAddress, ObjectMeta, Route, Service,
 };
@@ -14,29 +13,7 @@ use ccm_testing::fake_cloud::{
     CallArgs, FakeCloud, FakeCloudConfig, FakeCloudConfigError, FakeCloudState, NodeAnswer,
 };
 
-fn node(name: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
-fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
-    Node {
-        spec: Some(NodeSpec {
-            provider_id: Some(provider_id.into()),
-            ..Default::default()
-        }),
-        ..node(name)
-    }
-}
-
-fn host(name: &str) -> Arc<Node> {
-    Arc::new(node(name))
-}
+use crate::support::{host, node, node_with_provider_id};
 
 fn service(name: &str) -> Service {
     Service {

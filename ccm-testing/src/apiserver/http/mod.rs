@@ -1,25 +1,35 @@
-//! Routing, request parsing, responses and watch streams.
+//! Routing, request parsing and the verbs: [`handle`] authenticates, authorizes and routes a
+//! request, [`serve`] runs the verb against the store. Responses ([`responses`]), watch streams
+//! ([`watch`]), discovery documents ([`discovery`]) and authentication with token requests
+//! ([`auth`]) have files of their own.
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
+mod auth;
+mod discovery;
+mod responses;
+mod watch;
+
 use std::sync::Arc;
-use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Query, State as AxState};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
-use tokio::time::Instant;
 
-use super::rbac::{self, Attributes, Identity};
-use super::resources::{self, ResourceInfo};
-use super::selector::{FieldSelector, LabelSelector};
-use super::state::{Change, ListOptions, PatchType, change_kind, filter_change};
-use super::status::{ApiError, reason_for_code};
-use super::{Inner, RequestRecord};
+use crate::apiserver::rbac::{self, Attributes};
+use crate::apiserver::resources::{self, ResourceInfo};
+use crate::apiserver::selector::{FieldSelector, LabelSelector};
+use crate::apiserver::state::{ListOptions, PatchType};
+use crate::apiserver::status::ApiError;
+use crate::apiserver::{Inner, RequestRecord};
+
+use auth::{authenticate, token_request};
+use discovery::{discovery_groups, discovery_resources};
+pub(crate) use responses::injected_error;
+use responses::{
+    error_response, json_response, metadata_only, not_served, to_partial, to_partial_list,
+};
+use watch::{watch_error_response, watch_response};
 
 /// The parsed target of a request.
 #[derive(Debug, Default, Clone)]
@@ -66,70 +76,6 @@ fn parse_path(path: &str) -> Option<Target> {
         _ => return None,
     }
     Some(t)
-}
-
-fn json_response(code: u16, body: &Value) -> Response {
-    let mut resp = (
-        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-        body.to_string(),
-    )
-        .into_response();
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-fn error_response(e: &ApiError) -> Response {
-    let mut resp = json_response(e.code, &e.to_status());
-    if let Some(secs) = e.retry_after
-        && let Ok(v) = HeaderValue::from_str(&secs.to_string())
-    {
-        resp.headers_mut().insert(header::RETRY_AFTER, v);
-    }
-    resp
-}
-
-fn not_served() -> ApiError {
-    ApiError {
-        details: Some(json!({})),
-        ..ApiError::new(
-            404,
-            "NotFound",
-            "the server could not find the requested resource",
-        )
-    }
-}
-
-/// How the client asked to see objects: full, or as `PartialObjectMetadata`.
-fn metadata_only(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("as=PartialObjectMetadata"))
-}
-
-fn to_partial(obj: &Value) -> Value {
-    json!({
-        "kind": "PartialObjectMetadata",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": obj.get("metadata").cloned().unwrap_or(json!({})),
-    })
-}
-
-fn to_partial_list(list: &Value) -> Value {
-    let items: Vec<Value> = list
-        .get("items")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(to_partial).collect())
-        .unwrap_or_default();
-    json!({
-        "kind": "PartialObjectMetadataList",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list.get("metadata").cloned().unwrap_or(json!({})),
-        "items": items,
-    })
 }
 
 fn parse_body(body: &Bytes, yaml_ok: bool) -> Result<Value, ApiError> {
@@ -348,130 +294,6 @@ fn name_from_field_selector(selector: Option<&str>) -> Option<String> {
         let (k, v) = part.split_once("==").or_else(|| part.split_once('='))?;
         (k.trim() == "metadata.name" && !k.ends_with('!')).then(|| v.trim().to_string())
     })
-}
-
-/// Who is calling: the user of a bearer token registered with `add_token` or issued by the
-/// TokenRequest API, or, without a token, the cluster administrator (as a client with an admin
-/// kubeconfig is). A token that does not authenticate is `401 Unauthorized`.
-fn authenticate(inner: &Inner, headers: &HeaderMap) -> Result<Identity, ApiError> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-        });
-    match bearer {
-        None => Ok(Identity {
-            username: ADMIN_USER.to_string(),
-            groups: vec![
-                rbac::MASTERS_GROUP.to_string(),
-                "system:authenticated".to_string(),
-            ],
-        }),
-        Some(token) => {
-            let state = inner.state();
-            inner
-                .reviews
-                .authenticate(token, &[], &state)
-                .map_err(|why| {
-                    tracing::debug!(?why, "ccm-testing ApiServer: bearer token rejected");
-                    ApiError::new(401, "Unauthorized", "Unauthorized")
-                })
-        }
-    }
-}
-
-/// The user of requests made without credentials.
-pub(crate) const ADMIN_USER: &str = "system:admin";
-
-/// `POST .../serviceaccounts/<name>/token`: issues a token for the ServiceAccount, as
-/// kube-apiserver's TokenRequest REST does (default and minimum lifetime, capped by the
-/// server's maximum, audiences defaulted to the API server's).
-fn token_request(
-    inner: &Inner,
-    info: &ResourceInfo,
-    ns: &str,
-    name: &str,
-    body: &Bytes,
-) -> Result<Response, ApiError> {
-    let mut request = if body.is_empty() {
-        json!({})
-    } else {
-        parse_body(body, false)?
-    };
-    if !request.is_object() {
-        return Err(ApiError::bad_request(
-            "the body of the request must be a JSON object",
-        ));
-    }
-    let requested = request
-        .pointer("/spec/expirationSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(3600);
-    let invalid = |detail: &str| {
-        ApiError::new(
-            422,
-            "Invalid",
-            format!(
-                "TokenRequest.authentication.k8s.io {name:?} is invalid: spec.expirationSeconds: Invalid value: {requested}: {detail}"
-            ),
-        )
-    };
-    if requested < 600 {
-        return Err(invalid("may not specify a duration less than 10 minutes"));
-    }
-    if requested > 1 << 32 {
-        return Err(invalid(
-            "may not specify a duration larger than 2^32 seconds",
-        ));
-    }
-    let account = inner.state().get(info, Some(ns), name)?;
-    let uid = account
-        .pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let seconds = match inner.max_token_expiration() {
-        Some(max) => requested.min(i64::try_from(max.as_secs()).unwrap_or(i64::MAX)),
-        None => requested,
-    };
-    let mut audiences: Vec<String> = request
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    if audiences.is_empty() {
-        audiences.push(super::reviews::API_AUDIENCE.to_string());
-    }
-    let now = jiff::Timestamp::now();
-    let expires = jiff::Timestamp::from_second(now.as_second().saturating_add(seconds))
-        .unwrap_or(jiff::Timestamp::MAX);
-    let issued = inner
-        .reviews
-        .issue(ns, name, &uid, expires, audiences.clone());
-    request["apiVersion"] = json!("authentication.k8s.io/v1");
-    request["kind"] = json!("TokenRequest");
-    request["metadata"] = json!({
-        "name": name,
-        "namespace": ns,
-        "creationTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    });
-    request["spec"]["audiences"] = json!(audiences);
-    request["spec"]["expirationSeconds"] = json!(seconds);
-    if request["spec"].get("boundObjectRef").is_none() {
-        request["spec"]["boundObjectRef"] = Value::Null;
-    }
-    request["status"] = json!({
-        "token": issued.token,
-        "expirationTimestamp": issued.expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    });
-    Ok(json_response(201, &request))
 }
 
 fn list_options(info: &ResourceInfo, query: &[(String, String)]) -> Result<ListOptions, ApiError> {
@@ -717,308 +539,6 @@ async fn serve(
                 info.qualified()
             ),
         )),
-    }
-}
-
-/// Per-watch state for the response stream.
-struct WatchStream {
-    inner: Arc<Inner>,
-    info: &'static ResourceInfo,
-    ns: Option<String>,
-    opts: ListOptions,
-    rx: tokio::sync::broadcast::Receiver<Arc<Change>>,
-    close_rx: tokio::sync::watch::Receiver<u64>,
-    queue: VecDeque<Value>,
-    deadline: Instant,
-    bookmarks: bool,
-    next_bookmark: Instant,
-    last_rv: u64,
-    meta_only: bool,
-    done: bool,
-}
-
-impl Drop for WatchStream {
-    fn drop(&mut self) {
-        self.inner.watch_closed(&self.info.qualified());
-    }
-}
-
-impl WatchStream {
-    fn line(&self, ty: &str, obj: Value) -> Bytes {
-        let obj = if self.meta_only && ty != "ERROR" {
-            to_partial(&obj)
-        } else {
-            obj
-        };
-        let mut s = json!({ "type": ty, "object": obj }).to_string();
-        s.push('\n');
-        Bytes::from(s)
-    }
-
-    fn bookmark(&self, annotations: Option<Value>) -> Bytes {
-        let mut meta = json!({ "resourceVersion": self.last_rv.to_string() });
-        if let Some(a) = annotations {
-            meta["annotations"] = a;
-        }
-        self.line(
-            "BOOKMARK",
-            json!({ "kind": self.info.kind, "apiVersion": self.info.api_version(), "metadata": meta }),
-        )
-    }
-
-    async fn next_line(&mut self) -> Option<Bytes> {
-        if let Some(v) = self.queue.pop_front() {
-            let ty = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("ADDED")
-                .to_string();
-            let obj = v.get("object").cloned().unwrap_or(Value::Null);
-            if ty == "BOOKMARK" {
-                let ann = obj.pointer("/metadata/annotations").cloned();
-                return Some(self.bookmark(ann));
-            }
-            return Some(self.line(&ty, obj));
-        }
-        if self.done {
-            return None;
-        }
-        loop {
-            let interval = self.inner.bookmark_interval();
-            tokio::select! {
-                _ = tokio::time::sleep_until(self.deadline) => {
-                    self.done = true;
-                    return self.bookmarks.then(|| self.bookmark(None));
-                }
-                _ = tokio::time::sleep_until(self.next_bookmark), if self.bookmarks => {
-                    self.next_bookmark = Instant::now() + interval;
-                    return Some(self.bookmark(None));
-                }
-                r = self.close_rx.changed() => {
-                    let _ = r;
-                    self.done = true;
-                    return None;
-                }
-                r = self.rx.recv() => match r {
-                    Ok(change) => {
-                        if change.rv <= self.last_rv {
-                            continue;
-                        }
-                        self.last_rv = change.rv;
-                        let Some(ty) = change_kind(self.info, self.ns.as_deref(), &self.opts, &change) else {
-                            continue;
-                        };
-                        // Serialized once per change for every full-object watch.
-                        if !self.meta_only && let Some(object) = change.encoded_for(self.info) {
-                            let ty = ty.as_str();
-                            return Some(Bytes::from(format!("{{\"type\":\"{ty}\",\"object\":{object}}}\n")));
-                        }
-                        if let Some((ty, obj)) = filter_change(self.info, self.ns.as_deref(), &self.opts, &change) {
-                            return Some(self.line(ty.as_str(), obj));
-                        }
-                    }
-                    Err(RecvError::Lagged(_)) => {
-                        self.done = true;
-                        let e = ApiError::expired("The resourceVersion for the provided watch is too old.");
-                        return Some(self.line("ERROR", e.to_status()));
-                    }
-                    Err(RecvError::Closed) => return None,
-                }
-            }
-        }
-    }
-}
-
-fn watch_response(
-    inner: &Arc<Inner>,
-    info: &'static ResourceInfo,
-    ns: Option<&str>,
-    opts: ListOptions,
-    query: &[(String, String)],
-    meta_only: bool,
-) -> Result<Response, ApiError> {
-    let param = |k: &str| {
-        query
-            .iter()
-            .find(|(qk, _)| qk == k)
-            .map(|(_, v)| v.as_str())
-    };
-    let rv = match param("resourceVersion") {
-        None | Some("") => None,
-        Some(s) => Some(
-            s.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))?,
-        ),
-    };
-    let bookmarks = param("allowWatchBookmarks") == Some("true");
-    let send_initial = param("sendInitialEvents") == Some("true");
-    if send_initial && !bookmarks {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Required value: sendInitialEvents requires allowWatchBookmarks=true",
-        ));
-    }
-    if send_initial && param("resourceVersionMatch") != Some("NotOlderThan") {
-        return Err(ApiError::new(
-            422,
-            "Invalid",
-            "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-        ));
-    }
-    let timeout = param("timeoutSeconds")
-        .and_then(|s| s.parse::<u64>().ok())
-        .map_or(Duration::from_secs(1800), Duration::from_secs);
-    let close_rx = inner.close_rx();
-    let watched = inner.state().watch(info, ns, &opts, rv, send_initial);
-    let mut queue = VecDeque::new();
-    let (rx, start_rv) = match watched {
-        Ok((initial, rx, start_rv)) => {
-            for (ty, obj, _) in initial {
-                queue.push_back(json!({ "type": ty.as_str(), "object": obj }));
-            }
-            if send_initial && bookmarks {
-                queue.push_back(json!({
-                    "type": "BOOKMARK",
-                    "object": { "metadata": { "annotations": { "k8s.io/initial-events-end": "true" } } }
-                }));
-            }
-            (rx, start_rv)
-        }
-        // kube-apiserver answers 200 and sends the 410 as an ERROR event.
-        Err(e) => return Ok(watch_error_response(&e)),
-    };
-    let interval = inner.bookmark_interval();
-    inner.watch_opened(&info.qualified());
-    let ws = WatchStream {
-        inner: inner.clone(),
-        info,
-        ns: ns.map(str::to_string),
-        opts,
-        rx,
-        close_rx,
-        queue,
-        deadline: Instant::now() + timeout,
-        bookmarks,
-        next_bookmark: Instant::now() + interval,
-        last_rv: start_rv,
-        meta_only,
-        done: false,
-    };
-    let stream = futures::stream::unfold(ws, |mut ws| async move {
-        ws.next_line()
-            .await
-            .map(|line| (Ok::<Bytes, Infallible>(line), ws))
-    });
-    let mut resp = Response::new(Body::from_stream(stream));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(resp)
-}
-
-/// A watch response carrying a single `ERROR` event.
-fn watch_error_response(e: &ApiError) -> Response {
-    let mut s = json!({ "type": "ERROR", "object": e.to_status() }).to_string();
-    s.push('\n');
-    let mut resp = Response::new(Body::from(s));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-/// `/apis`: the API groups served (besides the core group).
-fn discovery_groups() -> Value {
-    let mut groups: Vec<&str> = resources::RESOURCES
-        .iter()
-        .map(|r| r.group)
-        .filter(|g| !g.is_empty())
-        .collect();
-    groups.dedup();
-    let groups: Vec<Value> = groups
-        .into_iter()
-        .map(|g| {
-            let gv = json!({"groupVersion": format!("{g}/v1"), "version": "v1"});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-        })
-        .collect();
-    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
-}
-
-/// `/api/v1` and `/apis/<group>/v1`: the resources of one group version.
-fn discovery_resources(path: &str) -> Option<Value> {
-    let (group, version) = match path
-        .trim_end_matches('/')
-        .split('/')
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["", "api", v] => ("", *v),
-        ["", "apis", g, v] => (*g, *v),
-        _ => return None,
-    };
-    let mut list = Vec::new();
-    for r in resources::RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
-        list.push(json!({
-            "name": r.plural,
-            "singularName": r.kind.to_lowercase(),
-            "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-            "shortNames": short_names(r.group, r.plural),
-        }));
-        if r.status_subresource {
-            list.push(json!({
-                "name": format!("{}/status", r.plural),
-                "singularName": "",
-                "namespaced": r.namespaced,
-                "kind": r.kind,
-                "verbs": ["get", "patch", "update"],
-            }));
-        }
-    }
-    if list.is_empty() {
-        return None;
-    }
-    let gv = if group.is_empty() {
-        version.to_string()
-    } else {
-        format!("{group}/{version}")
-    };
-    Some(
-        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}),
-    )
-}
-
-/// kube-apiserver's short names of a resource, which kubectl resolves through discovery
-/// (`kubectl get svc`).
-fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
-    match (group, plural) {
-        ("", "nodes") => &["no"],
-        ("", "services") => &["svc"],
-        ("", "namespaces") => &["ns"],
-        ("", "configmaps") => &["cm"],
-        ("", "events") | ("events.k8s.io", "events") => &["ev"],
-        _ => &[],
-    }
-}
-
-/// The error a `fail_next` rule answers with.
-pub(crate) fn injected_error(status: u16, retry_after: Option<Duration>) -> ApiError {
-    let reason = reason_for_code(status);
-    ApiError {
-        retry_after: retry_after.map(|d| d.as_secs_f64().ceil() as u64),
-        ..ApiError::new(
-            status,
-            reason,
-            format!("injected failure: {reason} ({status})"),
-        )
     }
 }
 

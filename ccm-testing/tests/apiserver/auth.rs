@@ -3,7 +3,6 @@
 //! controllers) and the request log's bodies and identities.
 //!
 //! In-process only: the proofs read the server's request log and change its settings.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
@@ -16,14 +15,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ObjectMeta;
 use serde_json::json;
 
-const NODE_CONTROLLER: &str = "system:serviceaccount:kube-system:node-controller";
+use crate::support::api_err;
 
-fn api_err(e: kube::Error) -> Box<kube::core::Status> {
-    match e {
-        kube::Error::Api(s) => s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
+const NODE_CONTROLLER: &str = "system:serviceaccount:kube-system:node-controller";
 
 /// A client of `server` with `token` (when given) and `user_agent`.
 async fn client(server: &ApiServer, token: Option<&str>, user_agent: &str) -> kube::Client {

@@ -1,0 +1,136 @@
+//! DELETE of one object (preconditions, finalizers, graceful deletion) and of a collection.
+
+use serde_json::{Value, json};
+
+use super::namespaces::spec_finalizers;
+use super::{
+    Change, EventType, ListOptions, State, finalizers, meta, meta_mut, meta_str, now_rfc3339,
+    set_rv, with_type_meta,
+};
+use crate::apiserver::resources::ResourceInfo;
+use crate::apiserver::status::ApiError;
+use crate::apiserver::validation;
+
+impl State {
+    /// DELETE. Returns the object and whether it is gone (false: finalizers keep it).
+    pub(crate) fn delete(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        options: &Value,
+        dry_run: bool,
+    ) -> Result<(Value, bool), ApiError> {
+        let key = (ns.unwrap_or_default().to_string(), name.to_string());
+        let Some(stored) = self.store(info).get(&key).cloned() else {
+            return Err(ApiError::not_found(info, name));
+        };
+        let obj = stored.obj;
+        if info.storage == "namespaces" && validation::IMMORTAL_NAMESPACES.contains(&name) {
+            // NamespaceLifecycle admission.
+            return Err(ApiError {
+                details: Some(json!({"name": name, "kind": "namespaces"})),
+                ..ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("namespaces {name:?} is forbidden: this namespace may not be deleted"),
+                )
+            });
+        }
+        // Preconditions: the UID, then the resourceVersion.
+        for (field, label) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+            let Some(want) = options
+                .pointer(&format!("/preconditions/{field}"))
+                .and_then(Value::as_str)
+            else {
+                continue;
+            };
+            let actual = meta_str(&obj, field).unwrap_or_default();
+            if want != actual {
+                return Err(ApiError::conflict(
+                    info,
+                    name,
+                    &format!(
+                        "Precondition failed: {label} in precondition: {want}, {label} in object meta: {actual}"
+                    ),
+                ));
+            }
+        }
+        if dry_run {
+            return Ok((with_type_meta(info, info.present(&obj)), false));
+        }
+        let is_namespace = info.storage == "namespaces";
+        let terminating = meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        // A Namespace is marked first; it goes on a later DELETE (or `/finalize`) once its
+        // `spec.finalizers` are empty, as kube-apiserver's namespace storage does.
+        let held = !finalizers(&obj).is_empty()
+            || (is_namespace && (!terminating || !spec_finalizers(&obj).is_empty()));
+        if held {
+            if terminating {
+                return Ok((with_type_meta(info, info.present(&obj)), false));
+            }
+            let mut new = obj.clone();
+            {
+                let m = meta_mut(&mut new);
+                m.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+            if is_namespace {
+                new["status"] = json!({"phase": "Terminating"});
+            }
+            let rv = self.next_rv();
+            set_rv(&mut new, rv);
+            if let Some(s) = self.store(info).get_mut(&key) {
+                s.obj = new.clone();
+            }
+            self.emit(Change {
+                encoded: Default::default(),
+                rv,
+                storage: info.storage,
+                namespace: key.0.clone(),
+                kind: EventType::Modified,
+                object: new.clone(),
+                old: Some(obj),
+            });
+            return Ok((with_type_meta(info, info.present(&new)), false));
+        }
+        let rv = self.next_rv();
+        let mut gone = obj.clone();
+        set_rv(&mut gone, rv);
+        self.store(info).remove(&key);
+        self.emit(Change {
+            encoded: Default::default(),
+            rv,
+            storage: info.storage,
+            namespace: key.0.clone(),
+            kind: EventType::Deleted,
+            object: gone.clone(),
+            old: Some(obj),
+        });
+        Ok((with_type_meta(info, info.present(&gone)), true))
+    }
+
+    /// DELETE on a collection: deletes every matching object.
+    pub(crate) fn delete_collection(
+        &mut self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        opts: &ListOptions,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let items = self.matching(info, ns, opts);
+        let mut out = Vec::new();
+        for item in items {
+            let n = meta_str(&item, "namespace").map(str::to_string);
+            let name = meta_str(&item, "name").unwrap_or_default().to_string();
+            let (obj, _) = self.delete(info, n.as_deref(), &name, &Value::Null, dry_run)?;
+            out.push(obj);
+        }
+        Ok(json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": { "resourceVersion": self.rv.to_string() },
+            "items": out,
+        }))
+    }
+}

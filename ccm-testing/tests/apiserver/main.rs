@@ -1,0 +1,14 @@
+//! The in-process API server, checked against what kube-apiserver does, through a real
+//! `kube::Client` over HTTP: one test binary, a module per topic.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod auth;
+mod defaults_validation;
+mod fidelity;
+mod list_watch;
+mod objects;
+mod patches;
+mod protocol;
+mod reviews;
+mod runtime;
+mod support;
