@@ -1,0 +1,25 @@
+//! The flags of the service (load balancer) controller.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::machinery::go_syntax::parse_go_duration;
+
+/// Flags of the service (load balancer) controller.
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "Service controller")]
+pub struct ServiceControllerArgs {
+    /// Workers syncing load balancers. Go's default is 1 (hours to converge with many load
+    /// balancers); must be at least 1.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub concurrent_service_syncs: u32,
+    /// Node changes within this window are coalesced into one `update_load_balancer` per load
+    /// balancer (`0s` disables coalescing).
+    #[arg(long, default_value = "1s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_sync_window: Duration,
+    /// While Nodes keep joining, the window for additions doubles from `--node-sync-window` up
+    /// to this; removals still go out within `--node-sync-window`.
+    #[arg(long, default_value = "8s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_sync_max_window: Duration,
+}
