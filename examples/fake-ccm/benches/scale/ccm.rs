@@ -103,6 +103,29 @@ impl Metrics {
         out
     }
 
+    /// Sums `name` by the value of `label`, over the series whose label `filter.0` is
+    /// `filter.1` (e.g. one operation's calls by result).
+    pub(crate) fn by_where(
+        &self,
+        name: &str,
+        label: &str,
+        filter: (&str, &str),
+    ) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (n, labels, v) in &self.0 {
+            if n == name && labels.get(filter.0).map(String::as_str) == Some(filter.1) {
+                let key = labels.get(label).cloned().unwrap_or_default();
+                *out.entry(key).or_insert(0.0) += v;
+            }
+        }
+        out
+    }
+
+    /// Cloud calls by result (`ok`, `retry` for a call the quota rejected, ...).
+    pub(crate) fn cloud_results(&self) -> BTreeMap<String, f64> {
+        self.by("cloud_provider_requests_total", "result")
+    }
+
     pub(crate) fn cloud_calls(&self) -> BTreeMap<String, f64> {
         self.by("cloud_provider_requests_total", "operation")
     }

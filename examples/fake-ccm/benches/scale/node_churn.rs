@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::ccm::{CallWatch, diff};
+use crate::ccm::{CallWatch, Metrics, diff};
 use crate::cli::Opts;
 use crate::environment::{Env, Progress, create_nodes, lock, secs, wait_until};
 use crate::lb_burst::lb_burst;
@@ -130,6 +130,9 @@ pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
         format!("{:.1} s over", complete.as_secs_f64() - 5.0),
         target_size,
     );
+    if opts.quota.is_some() {
+        quota_figures(&mut report, opts, &before, &after, complete);
+    }
     api_figures(&mut report, env, &before, &after, k, "joined node");
     report.notes.push(
         "load balancers are complete when the CCM's ensure/update_load_balancer counters stop \
@@ -141,6 +144,76 @@ pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
     report.proc(ccm.proc());
     ccm.stop().await;
     report
+}
+
+/// node-churn under FakeCloud's quota (issue 19): the joins' `update_load_balancer` calls (all
+/// of them, those the quota rejected included) against the target stated for 200 load
+/// balancers and 10 Nodes joining one every 2 s under 20 calls/s, the share of cloud calls
+/// rejected, and whether every load balancer still had every Node within 10 s of the last
+/// join (updates not starved by the Nodes' lookups).
+fn quota_figures(
+    report: &mut Report,
+    opts: &Opts,
+    before: &Metrics,
+    after: &Metrics,
+    complete: Duration,
+) {
+    let results = diff(&after.cloud_results(), &before.cloud_results());
+    let total: f64 = results.values().sum::<f64>() + 0.0;
+    let rejected = results.get("retry").copied().unwrap_or(0.0);
+    let updates = diff(
+        &after.by_where(
+            "cloud_provider_requests_total",
+            "result",
+            ("operation", "update_load_balancer"),
+        ),
+        &before.by_where(
+            "cloud_provider_requests_total",
+            "result",
+            ("operation", "update_load_balancer"),
+        ),
+    );
+    let update_calls: f64 = updates.values().sum::<f64>() + 0.0;
+    let update_rejected = updates.get("retry").copied().unwrap_or(0.0);
+    let issue_19 =
+        opts.quota == Some(20.0) && opts.services >= 200 && opts.add == 10 && opts.interval >= 2.0;
+    report.target(
+        "update_load_balancer_calls",
+        "update_load_balancer calls (all LBs, rejected included)",
+        update_calls,
+        format!("{update_calls:.0} ({update_rejected:.0} rejected)"),
+        "<= 500 (200 LBs, 10 joins 2 s apart, 20 calls/s)",
+        update_calls <= 500.0,
+        format!("{:.0} over", update_calls - 500.0),
+        issue_19,
+    );
+    report.target(
+        "lb_complete_quota_s",
+        "last join -> last load-balancer call done (quota)",
+        secs(complete),
+        format!("{:.3} s", complete.as_secs_f64()),
+        "<= 10 s (200 LBs, 10 joins 2 s apart, 20 calls/s)",
+        complete <= Duration::from_secs(10),
+        format!("{:.1} s over", complete.as_secs_f64() - 10.0),
+        issue_19,
+    );
+    report.fig(
+        "cloud_calls_total",
+        "cloud calls in the joins (all operations)",
+        json!(total),
+        format!("{total:.0}"),
+    );
+    let share = if total > 0.0 { rejected / total } else { 0.0 };
+    report.target(
+        "cloud_calls_rejected_share",
+        "share of cloud calls rejected (quota)",
+        share,
+        format!("{:.1} % ({rejected:.0})", share * 100.0),
+        "<= 5 %",
+        share <= 0.05,
+        format!("{:.1} % over", (share - 0.05) * 100.0),
+        issue_19,
+    );
 }
 
 /// UpdatedLoadBalancer event counts per Service of this run (None on error).
