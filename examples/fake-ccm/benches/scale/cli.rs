@@ -19,6 +19,8 @@ pub(crate) enum Scenario {
     Floor,
     /// N nodes with pod CIDRs; time until each has its route and NetworkUnavailable=False.
     RouteBurst,
+    /// N tainted nodes with the node-IPAM controller on; time until each has its pod CIDR.
+    NodeIpam,
 }
 
 impl Scenario {
@@ -30,6 +32,7 @@ impl Scenario {
             Scenario::Steady => "steady",
             Scenario::Floor => "floor",
             Scenario::RouteBurst => "route-burst",
+            Scenario::NodeIpam => "node-ipam",
         }
     }
 }
@@ -43,7 +46,8 @@ pub(crate) struct Cli {
     /// Scenario to run.
     #[arg(value_enum)]
     pub(crate) scenario: Scenario,
-    /// Nodes (default: node-burst/floor/route-burst 1000, lb-burst/node-churn 50, steady 5000).
+    /// Nodes (default: node-burst/floor/route-burst 1000, lb-burst/node-churn 50,
+    /// steady/node-ipam 5000).
     #[arg(long)]
     pub(crate) nodes: Option<usize>,
     /// LoadBalancer Services (default: lb-burst/node-churn 200, steady 1000).
@@ -71,6 +75,12 @@ pub(crate) struct Cli {
     /// Most Nodes per `describe_instances` call (FakeCloud's default: 100).
     #[arg(long)]
     pub(crate) max_batch_size: Option<usize>,
+    /// node-ipam: `--cluster-cidr` the node-IPAM controller allocates from.
+    #[arg(long, default_value = "10.0.0.0/8")]
+    cluster_cidr: String,
+    /// node-ipam: `--node-cidr-mask-size`, the size of each Node's pod CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
     /// Also print the figures as one JSON line on stdout.
     #[arg(long)]
     pub(crate) json: bool,
@@ -106,6 +116,8 @@ pub(crate) struct Opts {
     pub(crate) quota: Option<f64>,
     pub(crate) batch: bool,
     pub(crate) max_batch_size: Option<usize>,
+    pub(crate) cluster_cidr: String,
+    pub(crate) node_cidr_mask_size: u8,
 }
 
 impl Opts {
@@ -113,7 +125,7 @@ impl Opts {
         let s = c.scenario;
         let nodes = c.nodes.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 50,
-            Scenario::Steady => 5000,
+            Scenario::Steady | Scenario::NodeIpam => 5000,
             _ => 1000,
         });
         let services = c.services.unwrap_or(match s {
@@ -138,6 +150,8 @@ impl Opts {
             quota: c.quota,
             batch: c.batch,
             max_batch_size: c.max_batch_size,
+            cluster_cidr: c.cluster_cidr.clone(),
+            node_cidr_mask_size: c.node_cidr_mask_size,
         }
     }
 
@@ -159,6 +173,13 @@ impl Opts {
             }
             Scenario::Floor => {
                 m.remove("latency_ms");
+            }
+            Scenario::NodeIpam => {
+                m.insert("cluster_cidr".into(), json!(self.cluster_cidr));
+                m.insert(
+                    "node_cidr_mask_size".into(),
+                    json!(self.node_cidr_mask_size),
+                );
             }
             _ => {}
         }

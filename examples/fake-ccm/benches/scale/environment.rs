@@ -17,7 +17,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
-use crate::objects::{NodeKind, has_ingress, is_initialised, metadata, network_ready, node};
+use crate::objects::{
+    NodeKind, has_ingress, has_pod_cidr, is_initialised, metadata, network_ready, node,
+};
 
 /// Where the scenario runs.
 pub(crate) struct Env {
@@ -196,6 +198,7 @@ pub(crate) struct Track {
     pub(crate) node_created: HashMap<String, Instant>,
     pub(crate) node_initialised: HashMap<String, Instant>,
     pub(crate) node_network: HashMap<String, Instant>,
+    pub(crate) node_pod_cidr: HashMap<String, Instant>,
     pub(crate) svc_created: HashMap<String, Instant>,
     pub(crate) svc_ingress: HashMap<String, Instant>,
 }
@@ -284,6 +287,9 @@ pub(crate) async fn watch_nodes(api: Api<Node>, cfg: watcher::Config, t: Shared)
         let mut g = lock(&t);
         if is_initialised(&n) {
             g.node_initialised.entry(name.clone()).or_insert(now);
+        }
+        if has_pod_cidr(&n) {
+            g.node_pod_cidr.entry(name.clone()).or_insert(now);
         }
         if network_ready(&n) {
             g.node_network.entry(name).or_insert(now);

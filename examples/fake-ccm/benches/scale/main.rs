@@ -9,6 +9,7 @@
 //! cargo bench -p fake-ccm --bench scale -- steady --nodes 5000 --services 1000 --settle 60
 //! cargo bench -p fake-ccm --bench scale -- floor --nodes 1000
 //! cargo bench -p fake-ccm --bench scale -- route-burst --nodes 1000
+//! cargo bench -p fake-ccm --bench scale -- node-ipam --nodes 5000
 //! ```
 //!
 //! The API server is the in-process one from `ccm-testing` unless `$CCM_TEST_KUBECONFIG` names a
@@ -34,6 +35,7 @@ mod environment;
 mod lb_burst;
 mod node_burst;
 mod node_churn;
+mod node_ipam;
 mod objects;
 mod report;
 mod route_burst;
@@ -102,6 +104,7 @@ fn main() {
             Scenario::NodeChurn => node_churn::node_churn(&env, &opts).await,
             Scenario::Steady => steady::steady(&env, &opts).await,
             Scenario::RouteBurst => route_burst::route_burst(&env, &opts).await,
+            Scenario::NodeIpam => node_ipam::node_ipam(&env, &opts).await,
         };
         env.cleanup().await;
         machine["load_end"] = json!(loadavg());

@@ -220,6 +220,13 @@ pub(crate) fn is_initialised(n: &Node) -> bool {
     !tainted && zoned && provider
 }
 
+pub(crate) fn has_pod_cidr(n: &Node) -> bool {
+    n.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .is_some_and(|c| !c.is_empty())
+}
+
 pub(crate) fn network_ready(n: &Node) -> bool {
     n.status
         .as_ref()
