@@ -141,7 +141,7 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
             .map(|s| {
                 s.requests()
                     .into_iter()
-                    .filter(|r| r.verb == "patch")
+                    .filter(|r| r.verb == "patch" && r.subresource.is_none())
                     .collect()
             })
             .unwrap_or_default();
@@ -289,7 +289,6 @@ pub(crate) fn spawn_floor(env: &Env) -> OwnThread {
                     .collect();
                 let patch = json!({
                     "metadata": {
-                        "resourceVersion": n.metadata.resource_version,
                         "labels": {
                             LABEL_TOPOLOGY_ZONE: m.zone, LABEL_TOPOLOGY_REGION: m.region,
                             LABEL_INSTANCE_TYPE: m.instance_type,
