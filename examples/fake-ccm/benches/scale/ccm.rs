@@ -1,0 +1,377 @@
+//! The CCM process: fake-ccm started with its FakeCloud configuration, its `/metrics`, and its
+//! memory and CPU from `/proc`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cli::Opts;
+use crate::environment::{Env, LB_IP};
+
+pub(crate) struct Ccm {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pid: u32,
+    pub(crate) http: kube::Client,
+    pub(crate) log: PathBuf,
+    pub(crate) config: PathBuf,
+    pub(crate) clk_tck: f64,
+    /// Started under `--ccm-wrapper` in a process group of its own, which is signalled whole
+    /// (the wrapper's children would outlive a signal to the wrapper alone).
+    pub(crate) group: bool,
+}
+
+impl Ccm {
+    /// SIGTERM to fake-ccm itself, also when it runs under a wrapper (which then finishes,
+    /// e.g. writes its profile, and exits).
+    pub(crate) fn terminate(&self) {
+        let pid = self.pid.to_string();
+        let _ = if self.group {
+            std::process::Command::new("pkill")
+                .args(["-TERM", "-g", &pid, "-x", "fake-ccm"])
+                .status()
+        } else {
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+        };
+    }
+}
+
+impl Drop for Ccm {
+    fn drop(&mut self) {
+        // `kill_on_drop` reaches the wrapper only; its process group holds the rest.
+        if self.group {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.pid)])
+                .status();
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ProcStats {
+    pub(crate) rss_kb: u64,
+    pub(crate) hwm_kb: u64,
+    pub(crate) cpu_s: f64,
+}
+
+/// Prometheus text: (name, labels) -> value.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Metrics(pub(crate) Vec<(String, BTreeMap<String, String>, f64)>);
+
+impl Metrics {
+    pub(crate) fn parse(text: &str) -> Metrics {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            let (series, value) = match line.rsplit_once(' ') {
+                Some(x) => x,
+                None => continue,
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let mut map = BTreeMap::new();
+            // Label values here never contain `",` (operation names, codes, methods, hosts).
+            for pair in labels.split("\",") {
+                if let Some((k, v)) = pair.split_once("=\"") {
+                    map.insert(k.trim().to_string(), v.trim_end_matches('"').to_string());
+                }
+            }
+            out.push((name.to_string(), map, value));
+        }
+        Metrics(out)
+    }
+
+    /// Sums `name` by the value of `label`.
+    pub(crate) fn by(&self, name: &str, label: &str) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (n, labels, v) in &self.0 {
+            if n == name {
+                let key = labels.get(label).cloned().unwrap_or_default();
+                *out.entry(key).or_insert(0.0) += v;
+            }
+        }
+        out
+    }
+
+    /// Sums `name` by the value of `label`, over the series whose label `filter.0` is
+    /// `filter.1` (e.g. one operation's calls by result).
+    pub(crate) fn by_where(
+        &self,
+        name: &str,
+        label: &str,
+        filter: (&str, &str),
+    ) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (n, labels, v) in &self.0 {
+            if n == name && labels.get(filter.0).map(String::as_str) == Some(filter.1) {
+                let key = labels.get(label).cloned().unwrap_or_default();
+                *out.entry(key).or_insert(0.0) += v;
+            }
+        }
+        out
+    }
+
+    /// Cloud calls by result (`ok`, `retry` for a call the quota rejected, ...).
+    pub(crate) fn cloud_results(&self) -> BTreeMap<String, f64> {
+        self.by("cloud_provider_requests_total", "result")
+    }
+
+    pub(crate) fn cloud_calls(&self) -> BTreeMap<String, f64> {
+        self.by("cloud_provider_requests_total", "operation")
+    }
+}
+
+pub(crate) fn diff(
+    after: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub(crate) fn clk_tck() -> f64 {
+    // `getconf CLK_TCK` instead of libc::sysconf: the workspace forbids unsafe code.
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+impl Ccm {
+    pub(crate) async fn start(env: &Env, opts: &Opts, routes: bool) -> Ccm {
+        let dir = std::env::temp_dir();
+        let config = dir.join(format!("{}-fake-cloud.yaml", env.run));
+        // One ingress IP for every load balancer: the Services created `ready` carry it.
+        let mut cloud_config = format!("latency_ms: {}\nlb_ip: {LB_IP}\n", opts.latency_ms);
+        if let Some(quota) = opts.quota {
+            let burst = quota.ceil().max(1.0) as u32;
+            cloud_config.push_str(&format!(
+                "quota:\n  overall: {{per_second: {quota}, burst: {burst}}}\n"
+            ));
+        }
+        if opts.batch {
+            cloud_config.push_str("capabilities:\n  instances_batch: true\n");
+        }
+        if let Some(max) = opts.max_batch_size {
+            cloud_config.push_str(&format!("max_batch_size: {max}\n"));
+        }
+        std::fs::write(&config, cloud_config).unwrap();
+        let log = dir.join(format!("{}-fake-ccm.log", env.run));
+        let port = free_port();
+        let binary = env!("CARGO_BIN_EXE_fake-ccm");
+        let mut cmd = match opts.ccm_wrapper.as_deref().map(str::split_whitespace) {
+            Some(mut words) => {
+                let mut cmd =
+                    tokio::process::Command::new(words.next().expect("empty --ccm-wrapper"));
+                cmd.args(words).arg(binary).process_group(0);
+                cmd
+            }
+            None => tokio::process::Command::new(binary),
+        };
+        match (&env.server, &env.kubeconfig) {
+            (Some(s), _) => cmd.arg(format!("--master={}", s.url())),
+            (None, Some(k)) => cmd.arg(format!("--kubeconfig={}", k.display())),
+            (None, None) => unreachable!(),
+        };
+        cmd.arg("--cloud-provider=fake")
+            .arg(format!("--cloud-config={}", config.display()))
+            .arg("--leader-elect=false")
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            // HTTPS with a self-signed certificate and delegated authorisation, as in Go;
+            // the harness reads /metrics without credentials.
+            .arg("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics");
+        if routes {
+            cmd.arg("--configure-cloud-routes=true")
+                .arg("--cluster-cidr=10.0.0.0/8");
+        } else {
+            cmd.arg("--configure-cloud-routes=false");
+        }
+        cmd.args(&opts.ccm_args);
+        let logfile = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdout(Stdio::from(logfile.try_clone().unwrap()))
+            .stderr(Stdio::from(logfile))
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let pid = child.id().unwrap();
+        eprintln!(
+            "[bench] fake-ccm pid {pid}, metrics on 127.0.0.1:{port}, log {}",
+            log.display()
+        );
+        let url: http::Uri = format!("https://127.0.0.1:{port}").parse().unwrap();
+        let mut http_config = kube::Config::new(url);
+        http_config.accept_invalid_certs = true;
+        let http = kube::Client::try_from(http_config).unwrap();
+        let mut ccm = Ccm {
+            child,
+            pid,
+            http,
+            log,
+            config,
+            clk_tck: clk_tck(),
+            group: opts.ccm_wrapper.is_some(),
+        };
+        ccm.wait_ready(Duration::from_secs(120)).await;
+        ccm
+    }
+
+    pub(crate) async fn get(&self, path: &str) -> Result<String, kube::Error> {
+        let req = http::Request::get(path).body(Vec::new()).unwrap();
+        self.http.request_text(req).await
+    }
+
+    pub(crate) async fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.get("/readyz").await.is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("[bench] fake-ccm exited with {status}:\n{log}");
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "[bench] fake-ccm not ready after {timeout:?}; log {}",
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the CCM has sent no API request for 3 s (its own client metrics; at most
+    /// 120 s), so that writes still queued behind the client rate limiter are counted.
+    pub(crate) async fn quiet(&self) {
+        let still = Duration::from_secs(3);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut last = -1.0;
+        let mut since = Instant::now();
+        while Instant::now() < deadline {
+            let total: f64 = self
+                .metrics()
+                .await
+                .by("rest_client_requests_total", "method")
+                .values()
+                .sum();
+            if total != last {
+                last = total;
+                since = Instant::now();
+            } else if since.elapsed() >= still {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        eprintln!("[bench] the CCM still sends requests after 120 s; measuring anyway");
+    }
+
+    pub(crate) async fn metrics(&self) -> Metrics {
+        Metrics::parse(&self.get("/metrics").await.unwrap())
+    }
+
+    pub(crate) fn proc(&self) -> ProcStats {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap();
+        // Fields after "(comm)": state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        ProcStats {
+            rss_kb: field("VmRSS:"),
+            hwm_kb: field("VmHWM:"),
+            cpu_s: ticks as f64 / self.clk_tck,
+        }
+    }
+
+    /// SIGTERM, then up to 30 s for a graceful exit.
+    pub(crate) async fn stop(mut self) {
+        self.terminate();
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(Ok(s)) if s.success() => {}
+            Ok(Ok(s)) => eprintln!(
+                "[bench] fake-ccm exited with {s}; log {}",
+                self.log.display()
+            ),
+            _ => {
+                eprintln!("[bench] fake-ccm did not stop within 30 s; killing it");
+                let _ = self.child.kill().await;
+            }
+        }
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+/// Polls the CCM's cloud-call counters for `ops` and remembers when they last changed.
+pub(crate) struct CallWatch {
+    pub(crate) last_change: Arc<Mutex<Option<Instant>>>,
+    pub(crate) task: tokio::task::JoinHandle<()>,
+}
+
+impl CallWatch {
+    pub(crate) fn start(ccm: &Ccm, ops: &'static [&'static str]) -> CallWatch {
+        let last_change = Arc::new(Mutex::new(None));
+        let lc = last_change.clone();
+        let http = ccm.http.clone();
+        let task = tokio::spawn(async move {
+            let mut last = -1.0;
+            loop {
+                let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+                if let Ok(text) = http.request_text(req).await {
+                    let now = Instant::now();
+                    let calls = Metrics::parse(&text).cloud_calls();
+                    let total: f64 = ops.iter().filter_map(|o| calls.get(*o)).sum();
+                    if last >= 0.0 && total != last {
+                        *lc.lock().unwrap() = Some(now);
+                    }
+                    last = total;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+        CallWatch { last_change, task }
+    }
+
+    pub(crate) fn last_change(&self) -> Option<Instant> {
+        *self.last_change.lock().unwrap()
+    }
+}
+
+impl Drop for CallWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,203 @@
+//! The command line: the scenario and its options, with each scenario's defaults.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde_json::{Value, json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scenario {
+    /// N tainted nodes registered as fast as possible; time until each is initialised.
+    NodeBurst,
+    /// N initialised nodes, then M LoadBalancer Services at once; time until each has an ingress.
+    LbBurst,
+    /// lb-burst, then K nodes join one every S seconds; load-balancer updates.
+    NodeChurn,
+    /// N nodes and M Services settled, then S seconds idle: memory, CPU, calls.
+    Steady,
+    /// node-burst without a CCM: the harness does the one PATCH per node itself.
+    Floor,
+    /// N nodes with pod CIDRs; time until each has its route and NetworkUnavailable=False.
+    RouteBurst,
+    /// N tainted nodes with the node-IPAM controller on; time until each has its pod CIDR.
+    NodeIpam,
+}
+
+impl Scenario {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scenario::NodeBurst => "node-burst",
+            Scenario::LbBurst => "lb-burst",
+            Scenario::NodeChurn => "node-churn",
+            Scenario::Steady => "steady",
+            Scenario::Floor => "floor",
+            Scenario::RouteBurst => "route-burst",
+            Scenario::NodeIpam => "node-ipam",
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "scale",
+    about = "Scale benchmark of the fake-ccm binary (see docs/performance.md)"
+)]
+pub(crate) struct Cli {
+    /// Scenario to run.
+    #[arg(value_enum)]
+    pub(crate) scenario: Scenario,
+    /// Nodes (default: node-burst/floor/route-burst 1000, lb-burst/node-churn 50,
+    /// steady/node-ipam 5000).
+    #[arg(long)]
+    pub(crate) nodes: Option<usize>,
+    /// LoadBalancer Services (default: lb-burst/node-churn 200, steady 1000).
+    #[arg(long)]
+    pub(crate) services: Option<usize>,
+    /// Latency of every FakeCloud call in ms (default: lb-burst 50, others 0).
+    #[arg(long)]
+    pub(crate) latency_ms: Option<u64>,
+    /// node-churn: nodes that join after the Services are up (default 20).
+    #[arg(long)]
+    pub(crate) add: Option<usize>,
+    /// node-churn: seconds between two joins (default 0.05).
+    #[arg(long)]
+    pub(crate) interval: Option<f64>,
+    /// steady: idle window in seconds (default 60).
+    #[arg(long)]
+    pub(crate) settle: Option<f64>,
+    /// FakeCloud's overall API quota in calls per second (burst: the same number); a call over
+    /// it is answered `Retry` with the time until a token frees (a cloud's 429). Default: none.
+    #[arg(long)]
+    pub(crate) quota: Option<f64>,
+    /// Switch FakeCloud's batch capability (`InstancesBatch`, `describe_instances`) on.
+    #[arg(long)]
+    pub(crate) batch: bool,
+    /// Most Nodes per `describe_instances` call (FakeCloud's default: 100).
+    #[arg(long)]
+    pub(crate) max_batch_size: Option<usize>,
+    /// node-ipam: `--cluster-cidr` the node-IPAM controller allocates from.
+    #[arg(long, default_value = "10.0.0.0/8")]
+    cluster_cidr: String,
+    /// node-ipam: `--node-cidr-mask-size`, the size of each Node's pod CIDR.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+    /// Also print the figures as one JSON line on stdout.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Give up a phase after this many seconds.
+    #[arg(long, default_value_t = 900.0)]
+    pub(crate) timeout: f64,
+    /// Objects the harness creates concurrently.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) create_concurrency: usize,
+    /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
+    #[arg(long = "ccm-arg", allow_hyphen_values = true)]
+    pub(crate) ccm_args: Vec<String>,
+    /// Run fake-ccm under this program (split at spaces), for profiling, e.g.
+    /// `--ccm-wrapper="heaptrack -o /tmp/ccm"`. The memory and CPU figures are then those of
+    /// the wrapper's process, not of fake-ccm alone.
+    #[arg(long)]
+    pub(crate) ccm_wrapper: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Opts {
+    pub(crate) scenario: Scenario,
+    pub(crate) nodes: usize,
+    pub(crate) services: usize,
+    pub(crate) latency_ms: u64,
+    pub(crate) add: usize,
+    pub(crate) interval: f64,
+    pub(crate) settle: f64,
+    pub(crate) timeout: Duration,
+    pub(crate) concurrency: usize,
+    pub(crate) ccm_args: Vec<String>,
+    pub(crate) ccm_wrapper: Option<String>,
+    pub(crate) quota: Option<f64>,
+    pub(crate) batch: bool,
+    pub(crate) max_batch_size: Option<usize>,
+    pub(crate) cluster_cidr: String,
+    pub(crate) node_cidr_mask_size: u8,
+}
+
+impl Opts {
+    pub(crate) fn from_cli(c: &Cli) -> Opts {
+        let s = c.scenario;
+        let nodes = c.nodes.unwrap_or(match s {
+            Scenario::LbBurst | Scenario::NodeChurn => 50,
+            Scenario::Steady | Scenario::NodeIpam => 5000,
+            _ => 1000,
+        });
+        let services = c.services.unwrap_or(match s {
+            Scenario::LbBurst | Scenario::NodeChurn => 200,
+            Scenario::Steady => 1000,
+            _ => 0,
+        });
+        Opts {
+            scenario: s,
+            nodes,
+            services,
+            latency_ms: c
+                .latency_ms
+                .unwrap_or(if s == Scenario::LbBurst { 50 } else { 0 }),
+            add: c.add.unwrap_or(20),
+            interval: c.interval.unwrap_or(0.05),
+            settle: c.settle.unwrap_or(60.0),
+            timeout: Duration::from_secs_f64(c.timeout),
+            concurrency: c.create_concurrency.max(1),
+            ccm_args: c.ccm_args.clone(),
+            ccm_wrapper: c.ccm_wrapper.clone(),
+            quota: c.quota,
+            batch: c.batch,
+            max_batch_size: c.max_batch_size,
+            cluster_cidr: c.cluster_cidr.clone(),
+            node_cidr_mask_size: c.node_cidr_mask_size,
+        }
+    }
+
+    pub(crate) fn json(&self) -> Value {
+        let mut o = json!({ "nodes": self.nodes, "latency_ms": self.latency_ms });
+        let m = o.as_object_mut().unwrap();
+        match self.scenario {
+            Scenario::LbBurst => {
+                m.insert("services".into(), json!(self.services));
+            }
+            Scenario::NodeChurn => {
+                m.insert("services".into(), json!(self.services));
+                m.insert("add".into(), json!(self.add));
+                m.insert("interval_s".into(), json!(self.interval));
+            }
+            Scenario::Steady => {
+                m.insert("services".into(), json!(self.services));
+                m.insert("settle_s".into(), json!(self.settle));
+            }
+            Scenario::Floor => {
+                m.remove("latency_ms");
+            }
+            Scenario::NodeIpam => {
+                m.insert("cluster_cidr".into(), json!(self.cluster_cidr));
+                m.insert(
+                    "node_cidr_mask_size".into(),
+                    json!(self.node_cidr_mask_size),
+                );
+            }
+            _ => {}
+        }
+        if let Some(quota) = self.quota {
+            m.insert("quota_per_s".into(), json!(quota));
+        }
+        if self.batch {
+            m.insert("batch".into(), json!(true));
+        }
+        if let Some(max) = self.max_batch_size {
+            m.insert("max_batch_size".into(), json!(max));
+        }
+        if !self.ccm_args.is_empty() {
+            m.insert("ccm_args".into(), json!(self.ccm_args));
+        }
+        if let Some(wrapper) = &self.ccm_wrapper {
+            m.insert("ccm_wrapper".into(), json!(wrapper));
+        }
+        o
+    }
+}

@@ -1,0 +1,243 @@
+//! node-churn: lb-burst, then K Nodes join one every S seconds; load-balancer updates.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+use crate::ccm::{CallWatch, Metrics, diff};
+use crate::cli::Opts;
+use crate::environment::{Env, Progress, create_nodes, lock, secs, wait_until};
+use crate::lb_burst::lb_burst;
+use crate::objects::NodeKind;
+use crate::report::{Report, Row, api_figures};
+
+pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
+    let mut report = Report::new(opts);
+    let (n, m, k) = (opts.nodes, opts.services, opts.add);
+    let (ccm, track, _observer) = lb_burst(env, opts, &mut report).await;
+    // node-churn's own targets are about the joins; lb-burst's are shown as information.
+    for r in &mut report.rows {
+        if !r.target.is_empty() {
+            r.target = format!("(lb-burst) {}", r.target);
+        }
+    }
+    let renamed: serde_json::Map<String, Value> = std::mem::take(&mut report.figures)
+        .into_iter()
+        .map(|(key, v)| (format!("lb_burst_{key}"), v))
+        .collect();
+    report.figures = renamed;
+    report.targets.clear();
+    report.rows.push(Row {
+        figure: "--- joins".into(),
+        value: String::new(),
+        target: String::new(),
+        verdict: String::new(),
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = ccm.metrics().await;
+    env.clear_requests();
+    let events_before = lb_events(env).await;
+    let watch = CallWatch::start(&ccm, &["update_load_balancer", "ensure_load_balancer"]);
+    let t = track.clone();
+    let progress = Progress::start("node-churn", move || {
+        let g = lock(&t);
+        format!(
+            "joined {}/{k}, initialised {}/{k}",
+            g.node_created.len().saturating_sub(n),
+            g.node_initialised.len().saturating_sub(n)
+        )
+    });
+    let t0 = Instant::now();
+    for j in 0..k {
+        let target = t0 + Duration::from_secs_f64(opts.interval * j as f64);
+        tokio::time::sleep_until(target.into()).await;
+        create_nodes(env, &track, n + j..n + j + 1, |_| NodeKind::Tainted, 1).await;
+    }
+    let last_join = Instant::now();
+    wait_until("every joined node initialised", opts.timeout, || {
+        lock(&track).node_initialised.len() >= n + k
+    })
+    .await;
+    // Quiet period: no load-balancer call for 10 s after the last one.
+    let quiet = Duration::from_secs(10);
+    wait_until("load-balancer calls to stop", opts.timeout, || {
+        let last = watch.last_change().unwrap_or(t0);
+        last.elapsed() >= quiet && t0.elapsed() >= quiet
+    })
+    .await;
+    drop(progress);
+    let last_lb = watch.last_change();
+    drop(watch);
+    let after = ccm.metrics().await;
+    let calls = diff(&after.cloud_calls(), &before.cloud_calls());
+    report.secs("joins_s", "first join -> last join", last_join - t0);
+    let init_last = lock(&track)
+        .node_initialised
+        .values()
+        .max()
+        .copied()
+        .unwrap_or(last_join);
+    report.secs(
+        "last_join_initialised_s",
+        "last join -> all joined initialised",
+        init_last.saturating_duration_since(last_join),
+    );
+    report.counts(
+        "cloud_calls_per_lb",
+        "cloud calls per load balancer",
+        &calls,
+        m,
+    );
+    let updates = calls.get("update_load_balancer").copied().unwrap_or(0.0);
+    let per_lb = updates / m as f64;
+    let target_size = n == 50 && m >= 200 && k >= 20;
+    report.target(
+        "update_per_lb",
+        "update_load_balancer per load balancer (mean)",
+        per_lb,
+        format!("{per_lb:.3}"),
+        "<= 2",
+        per_lb <= 2.0,
+        format!("{per_lb:.2} (+{:.2})", per_lb - 2.0),
+        target_size,
+    );
+    if let (Some(before_ev), Some(after_ev)) = (events_before, lb_events(env).await) {
+        let max = env_max_per_service(&before_ev, &after_ev, m);
+        report.target(
+            "update_per_lb_max",
+            "UpdatedLoadBalancer events per Service (max)",
+            max as f64,
+            format!("{max}"),
+            "<= 2",
+            max <= 2,
+            format!("{max}"),
+            target_size,
+        );
+    }
+    let complete = last_lb
+        .map(|t| t.saturating_duration_since(last_join))
+        .unwrap_or(Duration::ZERO);
+    report.target(
+        "lb_complete_after_last_join_s",
+        "last join -> last load-balancer call done",
+        secs(complete),
+        format!("{:.3} s", complete.as_secs_f64()),
+        "<= 5 s",
+        complete <= Duration::from_secs(5),
+        format!("{:.1} s over", complete.as_secs_f64() - 5.0),
+        target_size,
+    );
+    if opts.quota.is_some() {
+        quota_figures(&mut report, opts, &before, &after, complete);
+    }
+    api_figures(&mut report, env, &before, &after, k, "joined node");
+    report.notes.push(
+        "load balancers are complete when the CCM's ensure/update_load_balancer counters stop \
+         changing (polled every 20 ms from /metrics, quiet for 10 s) after every joined node \
+         is initialised; the fake cloud lives in the CCM process, so host sets are not read \
+         directly"
+            .into(),
+    );
+    report.proc(ccm.proc());
+    ccm.stop().await;
+    report
+}
+
+/// node-churn under FakeCloud's quota (issue 19): the joins' `update_load_balancer` calls (all
+/// of them, those the quota rejected included) against the target stated for 200 load
+/// balancers and 10 Nodes joining one every 2 s under 20 calls/s, the share of cloud calls
+/// rejected, and whether every load balancer still had every Node within 10 s of the last
+/// join (updates not starved by the Nodes' lookups).
+fn quota_figures(
+    report: &mut Report,
+    opts: &Opts,
+    before: &Metrics,
+    after: &Metrics,
+    complete: Duration,
+) {
+    let results = diff(&after.cloud_results(), &before.cloud_results());
+    let total: f64 = results.values().sum::<f64>() + 0.0;
+    let rejected = results.get("retry").copied().unwrap_or(0.0);
+    let updates = diff(
+        &after.by_where(
+            "cloud_provider_requests_total",
+            "result",
+            ("operation", "update_load_balancer"),
+        ),
+        &before.by_where(
+            "cloud_provider_requests_total",
+            "result",
+            ("operation", "update_load_balancer"),
+        ),
+    );
+    let update_calls: f64 = updates.values().sum::<f64>() + 0.0;
+    let update_rejected = updates.get("retry").copied().unwrap_or(0.0);
+    let issue_19 =
+        opts.quota == Some(20.0) && opts.services >= 200 && opts.add == 10 && opts.interval >= 2.0;
+    report.target(
+        "update_load_balancer_calls",
+        "update_load_balancer calls (all LBs, rejected included)",
+        update_calls,
+        format!("{update_calls:.0} ({update_rejected:.0} rejected)"),
+        "<= 500 (200 LBs, 10 joins 2 s apart, 20 calls/s)",
+        update_calls <= 500.0,
+        format!("{:.0} over", update_calls - 500.0),
+        issue_19,
+    );
+    report.target(
+        "lb_complete_quota_s",
+        "last join -> last load-balancer call done (quota)",
+        secs(complete),
+        format!("{:.3} s", complete.as_secs_f64()),
+        "<= 10 s (200 LBs, 10 joins 2 s apart, 20 calls/s)",
+        complete <= Duration::from_secs(10),
+        format!("{:.1} s over", complete.as_secs_f64() - 10.0),
+        issue_19,
+    );
+    report.fig(
+        "cloud_calls_total",
+        "cloud calls in the joins (all operations)",
+        json!(total),
+        format!("{total:.0}"),
+    );
+    let share = if total > 0.0 { rejected / total } else { 0.0 };
+    report.target(
+        "cloud_calls_rejected_share",
+        "share of cloud calls rejected (quota)",
+        share,
+        format!("{:.1} % ({rejected:.0})", share * 100.0),
+        "<= 5 %",
+        share <= 0.05,
+        format!("{:.1} % over", (share - 0.05) * 100.0),
+        issue_19,
+    );
+}
+
+/// UpdatedLoadBalancer event counts per Service of this run (None on error).
+pub(crate) async fn lb_events(env: &Env) -> Option<BTreeMap<String, i32>> {
+    let api: Api<Event> = Api::namespaced(env.client.clone(), &env.run);
+    let list = api.list(&ListParams::default()).await.ok()?;
+    let mut out = BTreeMap::new();
+    for e in list {
+        if e.reason.as_deref() == Some("UpdatedLoadBalancer") {
+            let name = e.involved_object.name.clone().unwrap_or_default();
+            *out.entry(name).or_insert(0) += e.count.unwrap_or(1).max(1);
+        }
+    }
+    Some(out)
+}
+
+pub(crate) fn env_max_per_service(
+    before: &BTreeMap<String, i32>,
+    after: &BTreeMap<String, i32>,
+    _m: usize,
+) -> i32 {
+    after
+        .iter()
+        .map(|(k, v)| v - before.get(k).copied().unwrap_or(0))
+        .max()
+        .unwrap_or(0)
+}
