@@ -113,8 +113,9 @@ pub struct ServiceConfig {
     /// balancer one `update_load_balancer`, not N. Zero runs a pass per batch of changes as
     /// soon as it arrives. Default 1 s.
     pub node_sync_window: Duration,
-    /// `--node-sync-max-window`: while Nodes keep joining, the window for additions doubles
-    /// from `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
+    /// `--node-sync-max-window`: while Nodes keep joining (an addition within this long of the
+    /// last pass that carried additions), the window for additions doubles from
+    /// `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
     /// costs each load balancer one update per window, not one per Node; removals still go out
     /// within `node_sync_window`. Default [`DEFAULT_NODE_SYNC_MAX_WINDOW`]; a value below
     /// `node_sync_window` means no widening.

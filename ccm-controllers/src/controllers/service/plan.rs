@@ -569,16 +569,23 @@ pub const MAX_WINDOW_FACTOR: u32 = 5;
 ///   arrived for one window, at the latest [`MAX_WINDOW_FACTOR`] windows after the first.
 /// - **Additions** wait for the *addition window*, counted from the first addition since the
 ///   last pass and not extended by later ones. It starts at the base window and doubles, up to
-///   `--node-sync-max-window`, each time an addition arrives within one addition window of the
-///   previous pass (Nodes keep joining); an addition after a longer pause starts again from the
-///   base. So a steady trickle of joins costs each load balancer one update per (widened)
-///   window instead of one per Node, while a removal still goes out within the base window.
+///   `--node-sync-max-window`, each time an addition arrives within `--node-sync-max-window` of
+///   the previous pass that carried additions (Nodes keep joining); an addition after a longer
+///   pause starts again from the base. So a steady trickle of joins costs each load balancer
+///   one update per (widened) window instead of one per Node, while a removal still goes out
+///   within the base window.
+///
+/// "Keeps joining" is judged over the largest window, not the current one: judged over the
+/// current window, a Node joining every 2 s against the 1 s base never widened it (each join
+/// came 1 s after the pass of the previous one, never within it), and each joining Node cost
+/// every load balancer an update of its own, as in Go (issue 19).
 #[derive(Clone, Debug)]
 pub struct NodeSyncTimer<I> {
     base: std::time::Duration,
     max: std::time::Duration,
     addition_window: std::time::Duration,
-    last_pass: Option<I>,
+    /// The last pass that carried additions.
+    last_addition_pass: Option<I>,
     first_addition: Option<I>,
     first_removal: Option<I>,
     last_removal: Option<I>,
@@ -595,7 +602,7 @@ where
             base,
             max: max.max(base),
             addition_window: base,
-            last_pass: None,
+            last_addition_pass: None,
             first_addition: None,
             first_removal: None,
             last_removal: None,
@@ -613,8 +620,8 @@ where
             HostChange::Addition => {
                 if self.first_addition.is_none() {
                     let keeps_joining = self
-                        .last_pass
-                        .is_some_and(|last| now < last + self.addition_window);
+                        .last_addition_pass
+                        .is_some_and(|last| now < last + self.max);
                     self.addition_window = if keeps_joining {
                         self.addition_window.saturating_mul(2).min(self.max)
                     } else {
@@ -649,7 +656,9 @@ where
 
     /// A pass started at `now`: it covers every change recorded so far.
     pub fn passed(&mut self, now: I) {
-        self.last_pass = Some(now);
+        if self.first_addition.is_some() {
+            self.last_addition_pass = Some(now);
+        }
         self.first_addition = None;
         self.first_removal = None;
         self.last_removal = None;
@@ -1313,10 +1322,68 @@ mod tests {
             t.change(HostChange::Addition, ms(300));
             assert_eq!(t.addition_window(), ms(400));
             t.passed(ms(700));
-            // Nothing for longer than the window: back to the base.
-            t.change(HostChange::Addition, ms(5000));
+            // Nothing for longer than the largest window (1600 ms): back to the base.
+            t.change(HostChange::Addition, ms(2301));
             assert_eq!(t.addition_window(), ms(200));
-            assert_eq!(t.due(), Some(ms(5200)));
+            assert_eq!(t.due(), Some(ms(2501)));
+        }
+
+        /// The passes a timer runs for additions at `joins` (in order), each pass at its due
+        /// time.
+        fn passes_for_joins(t: &mut NodeSyncTimer<Duration>, joins: &[Duration]) -> Vec<Duration> {
+            let mut passes = Vec::new();
+            for &now in joins {
+                while let Some(due) = t.due().filter(|d| *d <= now) {
+                    passes.push(due);
+                    t.passed(due);
+                }
+                t.change(HostChange::Addition, now);
+            }
+            while let Some(due) = t.due() {
+                passes.push(due);
+                t.passed(due);
+            }
+            passes
+        }
+
+        /// Issue 19's own case: a Node every 2 s against the 1 s base window (and the 8 s
+        /// default maximum). Each join comes 1 s after the pass of the one before, outside the
+        /// current window but within the largest: the window widens 1, 2, 4, 8 s, so 9 joins
+        /// over 16 s cost 5 passes, not 9.
+        #[test]
+        fn joins_slower_than_the_base_window_still_widen_it() {
+            let mut t = NodeSyncTimer::new(ms(1000), ms(8000));
+            let joins: Vec<Duration> = (0..9).map(|n| ms(n * 2000)).collect();
+            let passes = passes_for_joins(&mut t, &joins);
+            assert_eq!(t.addition_window(), ms(8000));
+            // Windows of 1, 2, 4 and 8 s open at the joins at 0, 2, 4 and 8 s (a pass due at
+            // the instant of a join runs first), and one more of 8 s at the 16 s join.
+            assert_eq!(
+                passes,
+                vec![ms(1000), ms(4000), ms(8000), ms(16_000), ms(24_000)]
+            );
+            // The last Node waits at most the largest window.
+            assert!(*passes.last().unwrap() <= ms(16_000) + ms(8000));
+        }
+
+        #[test]
+        fn a_join_within_the_largest_window_of_the_last_pass_keeps_widening() {
+            let mut t = timer();
+            t.change(HostChange::Addition, ms(0));
+            t.passed(ms(200));
+            // 1599 ms after the pass: within the 1600 ms maximum.
+            t.change(HostChange::Addition, ms(1799));
+            assert_eq!(t.addition_window(), ms(400));
+        }
+
+        #[test]
+        fn a_pass_for_removals_alone_does_not_count_as_joining() {
+            let mut t = timer();
+            t.change(HostChange::Removal, ms(0));
+            t.passed(ms(200));
+            t.change(HostChange::Addition, ms(300));
+            assert_eq!(t.addition_window(), ms(200));
+            assert_eq!(t.due(), Some(ms(500)));
         }
 
         #[test]
