@@ -27,6 +27,7 @@
 
 mod cloud;
 mod metrics;
+mod patch;
 pub mod plan;
 mod sync;
 

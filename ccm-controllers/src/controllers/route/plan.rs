@@ -250,28 +250,40 @@ impl DesiredCondition {
     }
 }
 
-/// The strategic-merge patch of a Node's `status` that writes `desired` as its
+/// The patch of a Node's `status` subresource that writes `desired` as its
 /// `NetworkUnavailable` condition, decided on `node` (normally the informer's cached copy), or
 /// `None` when the condition already has the desired status and reason (Go's skip rule).
 ///
-/// The condition is merged by its `type` (the merge key of `status.conditions`), so no other
-/// condition is touched, as Go's `nodeutil.SetNodeCondition`. `lastHeartbeatTime` is `now`;
-/// `lastTransitionTime` is kept from the current condition when the status stays the same and
-/// is `now` when it changes (Go sets `now` on every write). Keeping it copies a value read from
-/// `node`, which may be stale, so exactly then the patch carries `node`'s resourceVersion as a
-/// precondition: if the Node changed since, the API server answers `409 Conflict` and the
-/// caller decides again on a fresh read. A patch that changes the status is right whatever the
-/// Node holds now and carries no precondition, so it cannot conflict with others' writes.
+/// `lastHeartbeatTime` is `now`; `lastTransitionTime` is `now` when the status changes and is
+/// kept from the current condition when the status stays the same (Go sets `now` on every
+/// write). The patch is one of two kinds:
+///
+/// - a JSON **object**, a strategic-merge patch of this one condition, merged by its `type`
+///   (the merge key of `status.conditions`), so no other condition is touched, as Go's
+///   `nodeutil.SetNodeCondition`: when the transition time is `now`, the patch is right
+///   whatever the Node holds now and carries no precondition;
+/// - a JSON **array**, an RFC 6902 JSON patch that replaces the condition at its position
+///   among `node`'s conditions (so `node` must be the whole Node, not a copy stripped of
+///   conditions): when it keeps the transition time, a value read from `node`. Its
+///   `test`s guard exactly that condition (type, status, `lastTransitionTime`) and the
+///   Node's UID: if it changed since, the API server answers 422 and the caller decides again
+///   on a fresh read. A write to anything else (kubelet's heartbeats of its own conditions,
+///   labels) fails no test; a `resourceVersion` precondition, which every such write breaks,
+///   made those cost a conflict and a round trip.
 pub fn condition_patch(
     node: &Node,
     desired: &DesiredCondition,
     now: &Time,
 ) -> Option<serde_json::Value> {
-    let existing = node
+    let conditions = node
         .status
         .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE));
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default();
+    let position = conditions
+        .iter()
+        .position(|c| c.type_ == NETWORK_UNAVAILABLE);
+    let existing = position.map(|i| &conditions[i]);
     let current = existing.map(|c| CurrentCondition {
         status: c.status.clone(),
         reason: c.reason.clone().unwrap_or_default(),
@@ -281,22 +293,29 @@ pub fn condition_patch(
     }
     let kept_transition = existing
         .filter(|c| c.status == desired.status)
-        .and_then(|c| c.last_transition_time.clone());
+        .and_then(|c| c.last_transition_time.as_ref());
     let condition = serde_json::json!({
         "type": NETWORK_UNAVAILABLE,
         "status": desired.status,
         "reason": desired.reason,
         "message": desired.message,
-        "lastTransitionTime": kept_transition.as_ref().unwrap_or(now),
+        "lastTransitionTime": kept_transition.unwrap_or(now),
         "lastHeartbeatTime": now,
     });
-    let mut patch = serde_json::json!({ "status": { "conditions": [condition] } });
-    if kept_transition.is_some()
-        && let Some(rv) = node.metadata.resource_version.as_deref()
-    {
-        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    let (Some(i), Some(kept), Some(existing)) = (position, kept_transition, existing) else {
+        return Some(serde_json::json!({ "status": { "conditions": [condition] } }));
+    };
+    let path = format!("/status/conditions/{i}");
+    let test = |field: &str, value: serde_json::Value| serde_json::json!({ "op": "test", "path": format!("{path}/{field}"), "value": value });
+    let mut ops = Vec::new();
+    if let Some(uid) = &node.metadata.uid {
+        ops.push(serde_json::json!({ "op": "test", "path": "/metadata/uid", "value": uid }));
     }
-    Some(patch)
+    ops.push(test("type", serde_json::json!(NETWORK_UNAVAILABLE)));
+    ops.push(test("status", serde_json::json!(existing.status)));
+    ops.push(test("lastTransitionTime", serde_json::json!(kept)));
+    ops.push(serde_json::json!({ "op": "replace", "path": path, "value": condition }));
+    Some(serde_json::Value::Array(ops))
 }
 
 /// Whether the controller is responsible for a route: its destination CIDR parses and its
@@ -1076,14 +1095,19 @@ mod tests {
         Time("2026-01-01T00:00:00Z".parse().unwrap())
     }
 
+    fn strategic(patch: Option<serde_json::Value>) -> serde_json::Value {
+        let patch = patch.expect("a patch");
+        assert!(patch.is_object(), "not a strategic-merge patch: {patch}");
+        patch
+    }
+
     #[test]
     fn a_new_condition_is_patched_by_type_at_now_without_a_precondition() {
-        let patch = condition_patch(
+        let patch = strategic(condition_patch(
             &node_with_condition(None),
             &DesiredCondition::ROUTE_CREATED,
             &t1(),
-        )
-        .unwrap();
+        ));
         assert_eq!(
             patch,
             serde_json::json!({"status": {"conditions": [{
@@ -1100,7 +1124,11 @@ mod tests {
     #[test]
     fn a_status_change_moves_the_transition_time_and_needs_no_precondition() {
         let node = node_with_condition(Some(("True", "NoRouteCreated")));
-        let patch = condition_patch(&node, &DesiredCondition::ROUTE_CREATED, &t1()).unwrap();
+        let patch = strategic(condition_patch(
+            &node,
+            &DesiredCondition::ROUTE_CREATED,
+            &t1(),
+        ));
         let c = &patch["status"]["conditions"][0];
         assert_eq!(c["status"], "False");
         assert_eq!(c["lastTransitionTime"], "2026-01-01T00:00:00Z");
@@ -1108,15 +1136,69 @@ mod tests {
     }
 
     #[test]
-    fn another_reason_keeps_the_cached_transition_time_under_a_resource_version_precondition() {
-        let node = node_with_condition(Some(("False", "CalicoIsUp")));
+    fn another_reason_keeps_the_cached_transition_time_under_a_test_of_the_condition_read() {
+        let mut node = node_with_condition(Some(("False", "CalicoIsUp")));
+        node.metadata.uid = Some("uid-1".into());
         let patch = condition_patch(&node, &DesiredCondition::ROUTE_CREATED, &t1()).unwrap();
-        let c = &patch["status"]["conditions"][0];
-        assert_eq!(c["reason"], "RouteCreated");
-        assert_eq!(c["message"], "RouteController created a route");
-        assert_eq!(c["lastTransitionTime"], "2020-01-01T00:00:00Z");
-        assert_eq!(c["lastHeartbeatTime"], "2026-01-01T00:00:00Z");
-        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+                {"op": "test", "path": "/status/conditions/1/type", "value": "NetworkUnavailable"},
+                {"op": "test", "path": "/status/conditions/1/status", "value": "False"},
+                {"op": "test", "path": "/status/conditions/1/lastTransitionTime", "value": "2020-01-01T00:00:00Z"},
+                {"op": "replace", "path": "/status/conditions/1", "value": {
+                    "type": "NetworkUnavailable",
+                    "status": "False",
+                    "reason": "RouteCreated",
+                    "message": "RouteController created a route",
+                    "lastTransitionTime": "2020-01-01T00:00:00Z",
+                    "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                }},
+            ])
+        );
+        let patch: json_patch::Patch = serde_json::from_value(patch).unwrap();
+        // A newer resourceVersion and another condition's heartbeat: still applies.
+        let mut heartbeat = node.clone();
+        heartbeat.metadata.resource_version = Some("43".into());
+        heartbeat
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .last_heartbeat_time = Some(t1());
+        let mut doc = serde_json::to_value(&heartbeat).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        assert_eq!(doc["status"]["conditions"][1]["reason"], "RouteCreated");
+        assert_eq!(
+            doc["status"]["conditions"][0]["lastHeartbeatTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        // The condition flipped and back (another transition time), or moved: fails.
+        let mut flipped = node.clone();
+        flipped
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[1]
+            .last_transition_time = Some(t1());
+        let mut moved = node.clone();
+        moved
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .remove(0);
+        for changed in [flipped, moved] {
+            let mut doc = serde_json::to_value(&changed).unwrap();
+            assert!(json_patch::patch(&mut doc, &patch).is_err());
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use ccm_core::Route;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio::sync::{RwLock, Semaphore};
 
 use crate::machinery::context::ControllerContext;
@@ -18,6 +18,7 @@ use crate::machinery::workqueue::{Outcome, WorkQueue};
 
 use super::cloud::{create_route, execute, failed_create_message};
 use super::metrics::RouteMetrics;
+use super::patch::{self, ConditionWrite};
 use super::plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey};
 use super::*;
 
@@ -212,11 +213,10 @@ impl Reconciler {
         }
     }
 
-    /// Writes the `NetworkUnavailable` condition through the status subresource: a strategic
-    /// merge patch of this one condition (merge key `type`, so other conditions are untouched),
-    /// decided on the informer's cached Node, without reading it first (see
-    /// [`plan::condition_patch`] for `lastTransitionTime` and when the patch carries a
-    /// resourceVersion precondition). A conflict is decided again on a fresh read; other
+    /// Writes the `NetworkUnavailable` condition through the status subresource
+    /// ([`patch::write_condition`]), decided on the informer's cached Node, without reading it
+    /// first (see [`plan::condition_patch`] for `lastTransitionTime` and when the patch tests
+    /// the condition it was decided on). A conflict is decided again on a fresh read; other
     /// failures are retried from the cache (Go: 5 attempts, 100 ms apart).
     async fn set_condition(&self, name: &str, desired: DesiredCondition) {
         let api: Api<Node> = Api::all(self.ctx.client.clone());
@@ -225,6 +225,7 @@ impl Reconciler {
             if attempt > 0 {
                 tokio::time::sleep(CONDITION_RETRY_DELAY).await;
             }
+            let full = fresh.is_some();
             let node = match fresh.take() {
                 Some(node) => node,
                 None => {
@@ -239,14 +240,9 @@ impl Reconciler {
                 }
             };
             let now = Time(jiff::Timestamp::now());
-            let Some(patch) = plan::condition_patch(&node, &desired, &now) else {
-                return;
-            };
-            match api
-                .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-                .await
-            {
-                Ok(_) => {
+            match patch::write_condition(&api, &node, full, &desired, &now).await {
+                Ok(ConditionWrite::Unneeded | ConditionWrite::Gone) => return,
+                Ok(ConditionWrite::Written) => {
                     tracing::info!(
                         node = name,
                         status = desired.status,
@@ -256,14 +252,14 @@ impl Reconciler {
                     self.remember_written(&node, desired);
                     return;
                 }
-                Err(kube::Error::Api(status)) if status.is_not_found() => return,
-                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                Ok(ConditionWrite::Conflict(error)) => {
                     tracing::debug!(
                         node = name,
                         "conflict setting NetworkUnavailable; deciding again on a fresh read"
                     );
+                    tracing::debug!(node = name, %error, "conflicting NetworkUnavailable write");
                     match api.get_opt(name).await {
-                        Ok(Some(node)) => fresh = Some(Arc::new(node)),
+                        Ok(Some(current)) => fresh = Some(Arc::new(current)),
                         Ok(None) => return,
                         Err(error) => {
                             tracing::warn!(node = name, %error, "could not read node to set its NetworkUnavailable condition");

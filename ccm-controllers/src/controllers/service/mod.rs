@@ -54,10 +54,13 @@
 //! - Failures of the delete path (get, delete, finalizer removal) emit
 //!   `DeleteLoadBalancerFailed` (Go: `SyncLoadBalancerFailed` on the finalizer path).
 //! - Finalizer writes are JSON patches of the status subresource (as Go, so the same RBAC
-//!   works) guarded by a `test` of the resourceVersion; a conflict is retried on a fresh GET
-//!   (`services get`, which Go's controller does not need).
+//!   works) guarded by `test`s of exactly what the decision read (UID, type, class, deletion,
+//!   the finalizer entries), not of the resourceVersion: a write to anything else never costs
+//!   a round trip. A failed test is retried on a fresh GET (`services get`, which Go's
+//!   unguarded strategic-merge patch does not need).
 
 pub(crate) mod metrics;
+mod patch;
 pub mod plan;
 mod sync;
 

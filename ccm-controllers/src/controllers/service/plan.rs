@@ -458,38 +458,83 @@ pub fn status_patch(service: &Service, new: &LoadBalancerStatus) -> Option<Value
     Some(json!({ "status": { "loadBalancer": { "ingress": ingress } } }))
 }
 
-fn resource_version_test(service: &Service) -> Value {
-    json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": str_or_empty(&service.metadata.resource_version),
-    })
+fn test_op(path: &str, value: Value) -> Value {
+    json!({ "op": "test", "path": path, "value": value })
 }
 
-/// The JSON patch that adds the cleanup finalizer, guarded by a `test` of the
-/// resourceVersion (so it fails with a conflict, never clobbers, when the Service changed), or
-/// `None` when the finalizer is already present.
+/// `value` as a JSON-patch `test` value: an absent or empty string is tested as `null` (absent:
+/// kube-apiserver omits empty strings).
+fn str_test_value(value: Option<&str>) -> Value {
+    value
+        .filter(|v| !v.is_empty())
+        .map_or(Value::Null, |v| json!(v))
+}
+
+/// The `test`s of what [`decide`] read, as far as a finalizer write depends on it: the UID (the
+/// same Service, not one re-created under its name) and, unless the Service is being deleted
+/// (which cannot be undone, so nothing else can change the decision), `spec.type` and
+/// `spec.loadBalancerClass` as read. An `Ensure` also tests that `deletionTimestamp` is still
+/// absent.
+fn decision_tests(service: &Service) -> Vec<Value> {
+    let mut tests = Vec::new();
+    if let Some(uid) = &service.metadata.uid {
+        tests.push(test_op("/metadata/uid", json!(uid)));
+    }
+    if is_being_deleted(service) {
+        return tests;
+    }
+    tests.push(test_op("/metadata/deletionTimestamp", Value::Null));
+    let spec = service.spec.as_ref();
+    tests.push(test_op(
+        "/spec/type",
+        str_test_value(spec.and_then(|s| s.type_.as_deref())),
+    ));
+    tests.push(test_op(
+        "/spec/loadBalancerClass",
+        str_test_value(spec.and_then(|s| s.load_balancer_class.as_deref())),
+    ));
+    tests
+}
+
+/// The JSON patch that adds the cleanup finalizer, or `None` when it is already present.
+///
+/// Its `test`s guard exactly what the decision to add it was made on (UID, type, class,
+/// deletion) and the finalizer list it extends (the whole list, or its absence,
+/// tested as `null`): if another writer changed one of those, the API server rejects the patch
+/// (422) and the caller decides again on a fresh read; it never clobbers another finalizer.
+/// A write to anything else (labels, annotations, the status, the rest of the spec) fails no
+/// test, so it costs no round trip. Not a `test` of `metadata.resourceVersion`, which every
+/// such write bumps. (Go writes the finalizer with an unguarded strategic-merge patch.)
 pub fn add_finalizer_patch(service: &Service) -> Option<Value> {
     if has_cleanup_finalizer(service) {
         return None;
     }
-    let add = match &service.metadata.finalizers {
-        Some(list) if !list.is_empty() => json!({
-            "op": "add",
-            "path": "/metadata/finalizers/-",
-            "value": FINALIZER_LOAD_BALANCER_CLEANUP,
-        }),
-        _ => json!({
-            "op": "add",
-            "path": "/metadata/finalizers",
-            "value": [FINALIZER_LOAD_BALANCER_CLEANUP],
-        }),
-    };
-    Some(json!([resource_version_test(service), add]))
+    let mut ops = decision_tests(service);
+    match &service.metadata.finalizers {
+        Some(list) if !list.is_empty() => {
+            ops.push(test_op("/metadata/finalizers", json!(list)));
+            ops.push(json!({
+                "op": "add",
+                "path": "/metadata/finalizers/-",
+                "value": FINALIZER_LOAD_BALANCER_CLEANUP,
+            }));
+        }
+        _ => {
+            ops.push(test_op("/metadata/finalizers", Value::Null));
+            ops.push(json!({
+                "op": "add",
+                "path": "/metadata/finalizers",
+                "value": [FINALIZER_LOAD_BALANCER_CLEANUP],
+            }));
+        }
+    }
+    Some(Value::Array(ops))
 }
 
-/// The JSON patch that removes the cleanup finalizer (every occurrence), guarded by a `test` of
-/// the resourceVersion and of each removed entry, or `None` when it is absent.
+/// The JSON patch that removes the cleanup finalizer (every occurrence), or `None` when it is
+/// absent. Its `test`s guard what the decision to remove it was made on (UID; type and class
+/// unless being deleted) and each removed entry at its position, so another writer's finalizer is never removed and
+/// a write to anything else costs no round trip (see [`add_finalizer_patch`]).
 pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
     let list = service.metadata.finalizers.as_deref().unwrap_or_default();
     let positions: Vec<usize> = list
@@ -501,11 +546,11 @@ pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
     if positions.is_empty() {
         return None;
     }
-    let mut ops = vec![resource_version_test(service)];
+    let mut ops = decision_tests(service);
     // Remove from the back so earlier indices stay valid.
     for i in positions.into_iter().rev() {
         let path = format!("/metadata/finalizers/{i}");
-        ops.push(json!({ "op": "test", "path": path, "value": FINALIZER_LOAD_BALANCER_CLEANUP }));
+        ops.push(test_op(&path, json!(FINALIZER_LOAD_BALANCER_CLEANUP)));
         ops.push(json!({ "op": "remove", "path": path }));
     }
     Some(Value::Array(ops))
@@ -1207,58 +1252,155 @@ mod tests {
 
     // ---- finalizer patches -------------------------------------------------------------
 
+    /// Applies `patch` to `service` as kube-apiserver does (Go's evanphx/json-patch: a `test`
+    /// for `null` passes when the key is missing but its parent exists).
+    fn apply(service: &Service, patch: &Value) -> Result<Service, String> {
+        let mut doc = serde_json::to_value(service).unwrap();
+        for op in patch.as_array().unwrap() {
+            let path = op["path"].as_str().unwrap();
+            if op["op"] == "test" && op["value"].is_null() {
+                let parent = path.rsplit_once('/').map_or("", |(p, _)| p);
+                if doc.pointer(parent).is_none() || doc.pointer(path).is_some_and(|v| !v.is_null())
+                {
+                    return Err(format!("test of {path} failed"));
+                }
+                continue;
+            }
+            let op: json_patch::Patch = serde_json::from_value(json!([op])).unwrap();
+            json_patch::patch(&mut doc, &op).map_err(|e| e.to_string())?;
+        }
+        Ok(serde_json::from_value(doc).unwrap())
+    }
+
     #[test]
-    fn add_finalizer_patch_tests_resource_version() {
+    fn add_finalizer_patch_tests_what_the_decision_read() {
         let s = lb();
         assert_eq!(
             add_finalizer_patch(&s).unwrap(),
             json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+                {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+                {"op": "test", "path": "/metadata/deletionTimestamp", "value": null},
+                {"op": "test", "path": "/spec/type", "value": "LoadBalancer"},
+                {"op": "test", "path": "/spec/loadBalancerClass", "value": null},
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
                 {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]},
             ])
         );
         let mut other = lb();
         other.metadata.finalizers = Some(vec!["example.com/x".into()]);
+        let patch = add_finalizer_patch(&other).unwrap();
         assert_eq!(
-            add_finalizer_patch(&other).unwrap()[1],
-            json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER_LOAD_BALANCER_CLEANUP})
+            patch.as_array().unwrap()[4..],
+            [
+                json!({"op": "test", "path": "/metadata/finalizers", "value": ["example.com/x"]}),
+                json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER_LOAD_BALANCER_CLEANUP}),
+            ]
         );
         assert_eq!(add_finalizer_patch(&with_finalizer(lb())), None);
-        // The patch parses as an RFC 6902 patch and applies.
-        let patch: json_patch::Patch =
-            serde_json::from_value(add_finalizer_patch(&other).unwrap()).unwrap();
-        let mut doc = serde_json::to_value(&other).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
-        let patched: Service = serde_json::from_value(doc).unwrap();
         assert_eq!(
-            patched.metadata.finalizers.unwrap(),
+            apply(&other, &patch).unwrap().metadata.finalizers.unwrap(),
             ["example.com/x", FINALIZER_LOAD_BALANCER_CLEANUP]
         );
-        // A stale resourceVersion makes the patch fail instead of clobbering.
-        let mut stale = serde_json::to_value(&other).unwrap();
-        stale["metadata"]["resourceVersion"] = json!("8");
-        assert!(json_patch::patch(&mut stale, &patch).is_err());
+        assert!(apply(&s, &add_finalizer_patch(&s).unwrap()).is_ok());
+
+        // Writes to what the decision did not read apply: a label, an annotation, the status,
+        // another spec field, a newer resourceVersion.
+        let mut unrelated = other.clone();
+        unrelated.metadata.resource_version = Some("8".into());
+        unrelated.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+        unrelated.metadata.annotations = Some([("a".to_owned(), "b".to_owned())].into());
+        spec(&mut unrelated).session_affinity = Some("ClientIP".into());
+        unrelated.status = Some(ServiceStatus {
+            load_balancer: Some(status(&["203.0.113.10"])),
+            ..Default::default()
+        });
+        let patched = apply(&unrelated, &patch).unwrap();
+        assert_eq!(patched.metadata.labels, unrelated.metadata.labels);
+        assert!(has_cleanup_finalizer(&patched));
+
+        // Changes to what it read fail the patch: another finalizer list, a type or class
+        // change, a deletion, another Service under the same name.
+        let mut finalizers = other.clone();
+        finalizers.metadata.finalizers = Some(vec!["example.com/x".into(), "example.com/y".into()]);
+        let mut no_finalizers = other.clone();
+        no_finalizers.metadata.finalizers = None;
+        let mut cluster_ip = other.clone();
+        spec(&mut cluster_ip).type_ = Some("ClusterIP".into());
+        let mut classed = other.clone();
+        spec(&mut classed).load_balancer_class = Some("example.com/lb".into());
+        let mut recreated = other.clone();
+        recreated.metadata.uid = Some("uid-2".into());
+        for changed in [
+            finalizers,
+            no_finalizers,
+            cluster_ip,
+            classed,
+            deleting(other.clone()),
+            recreated,
+        ] {
+            assert!(apply(&changed, &patch).is_err(), "{:?}", changed.metadata);
+        }
+        // Without finalizers, one added concurrently fails the `null` test: never replaced.
+        assert!(apply(&other, &add_finalizer_patch(&s).unwrap()).is_err());
     }
 
     #[test]
     fn remove_finalizer_patch_removes_only_ours() {
         assert_eq!(remove_finalizer_patch(&lb()), None);
-        let mut s = lb();
+        let mut s = svc("ClusterIP");
         s.metadata.finalizers = Some(vec![
             "a".into(),
             FINALIZER_LOAD_BALANCER_CLEANUP.into(),
             "b".into(),
             FINALIZER_LOAD_BALANCER_CLEANUP.into(),
         ]);
-        let patch: json_patch::Patch =
-            serde_json::from_value(remove_finalizer_patch(&s).unwrap()).unwrap();
-        let mut doc = serde_json::to_value(&s).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
-        let patched: Service = serde_json::from_value(doc).unwrap();
-        assert_eq!(patched.metadata.finalizers.unwrap(), ["a", "b"]);
-        let mut stale = serde_json::to_value(&s).unwrap();
-        stale["metadata"]["resourceVersion"] = json!("8");
-        assert!(json_patch::patch(&mut stale, &patch).is_err());
+        let patch = remove_finalizer_patch(&s).unwrap();
+        assert_eq!(
+            apply(&s, &patch).unwrap().metadata.finalizers.unwrap(),
+            ["a", "b"]
+        );
+
+        // A label, the status or another finalizer appended: still applies.
+        let mut unrelated = s.clone();
+        unrelated.metadata.resource_version = Some("8".into());
+        unrelated.metadata.labels = Some([("team".to_owned(), "x".to_owned())].into());
+        unrelated
+            .metadata
+            .finalizers
+            .as_mut()
+            .unwrap()
+            .push("c".into());
+        assert_eq!(
+            apply(&unrelated, &patch)
+                .unwrap()
+                .metadata
+                .finalizers
+                .unwrap(),
+            ["a", "b", "c"]
+        );
+        // Our entry moved (one before it removed), or the Service wants a load balancer again:
+        // the patch fails rather than removing someone else's finalizer or ours too early.
+        let mut moved = s.clone();
+        moved.metadata.finalizers.as_mut().unwrap().remove(0);
+        let mut wanted_again = s.clone();
+        spec(&mut wanted_again).type_ = Some("LoadBalancer".into());
+        assert!(apply(&moved, &patch).is_err());
+        assert!(apply(&wanted_again, &patch).is_err());
+
+        // Being deleted: the type no longer matters (the decision cannot change).
+        let deleted = deleting(with_finalizer(lb()));
+        let patch = remove_finalizer_patch(&deleted).unwrap();
+        assert_eq!(
+            patch,
+            json!([
+                {"op": "test", "path": "/metadata/uid", "value": "uid-1"},
+                {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER_LOAD_BALANCER_CLEANUP},
+                {"op": "remove", "path": "/metadata/finalizers/0"},
+            ])
+        );
+        let mut retyped = deleted.clone();
+        spec(&mut retyped).type_ = Some("ClusterIP".into());
+        assert!(apply(&retyped, &patch).is_ok());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::metrics::ServiceMetrics;
+use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError, is_not_found};
 use super::plan::{self, Decision, HostChange, HostKey, NodeSyncTimer};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::context::ControllerContext;
@@ -21,9 +22,6 @@ use crate::machinery::error::ControllerError;
 use crate::machinery::events::EventRecorder;
 use crate::machinery::informer::{Change, Subscription};
 use crate::machinery::workqueue::{Backoff, Outcome, WorkQueue};
-
-/// How often a write that hit a conflict is retried on a fresh read within one sync.
-const MAX_CONFLICT_ATTEMPTS: usize = 5;
 
 /// What the controller remembers about one Service (by `namespace/name`), like Go's
 /// `serviceCache`. Guarded by a per-Service async lock that every cloud call for the Service
@@ -103,25 +101,6 @@ fn key_of(service: &Service) -> String {
         service.namespace().unwrap_or_default(),
         service.name_any()
     )
-}
-
-fn is_status(error: &kube::Error, codes: &[u16]) -> bool {
-    matches!(error, kube::Error::Api(s) if codes.contains(&s.code))
-}
-
-/// A conflict: 409, or 422 from a failed JSON-patch `test` of the resourceVersion.
-fn is_conflict(error: &kube::Error) -> bool {
-    is_status(error, &[409, 422])
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    is_status(error, &[404])
-}
-
-fn json_patch(value: serde_json::Value) -> Result<Patch<()>, String> {
-    serde_json::from_value::<json_patch::Patch>(value)
-        .map(Patch::Json)
-        .map_err(|e| format!("building JSON patch: {e}"))
 }
 
 pub(super) async fn run(
@@ -509,10 +488,12 @@ impl Reconciler {
         self.recorder
             .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer");
         // The finalizer goes on before anything exists in the cloud.
-        let service = match self.add_finalizer(service).await {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let service = match patch::add_finalizer(&api, service).await {
             Ok(s) => s,
-            Err(AddFinalizer::Step(step)) => return Err(step),
-            Err(AddFinalizer::Error(e)) => {
+            Err(WriteError::Gone) => return Err(Step::Gone),
+            Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
+            Err(WriteError::Failed(e)) => {
                 return Err(self.sync_failed(
                     service,
                     format!("failed to add load balancer cleanup finalizer: {e}"),
@@ -584,10 +565,12 @@ impl Reconciler {
                 ));
             }
         }
-        let gone = match self.remove_finalizer(service).await {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let gone = match patch::remove_finalizer(&api, service).await {
             Ok(gone) => gone,
-            Err(RemoveFinalizer::Step(step)) => return Err(step),
-            Err(RemoveFinalizer::Error(e)) => {
+            Err(WriteError::Gone) => return Err(Step::Gone),
+            Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
+            Err(WriteError::Failed(e)) => {
                 return Err(self.delete_failed(
                     service,
                     format!("failed to remove load balancer cleanup finalizer: {e}"),
@@ -635,104 +618,6 @@ impl Reconciler {
                 format!("failed to update load balancer status: {e}"),
             )),
         }
-    }
-
-    /// Adds the cleanup finalizer (JSON patch of the status subresource, as Go writes it, with
-    /// a resourceVersion `test`), retrying conflicts on a fresh GET. Returns the Service as
-    /// written.
-    async fn add_finalizer(&self, service: &Arc<Service>) -> Result<Arc<Service>, AddFinalizer> {
-        let api = self.api(&service.namespace().unwrap_or_default());
-        let name = service.name_any();
-        let mut current = service.clone();
-        for _ in 0..MAX_CONFLICT_ATTEMPTS {
-            let Some(patch) = plan::add_finalizer_patch(&current) else {
-                return Ok(current);
-            };
-            let patch = json_patch(patch).map_err(AddFinalizer::Error)?;
-            match api
-                .patch_status(&name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(updated) if plan::has_cleanup_finalizer(&updated) => {
-                    return Ok(Arc::new(updated));
-                }
-                Ok(_) => {
-                    return Err(AddFinalizer::Error(
-                        "the API server accepted the patch but did not keep the finalizer".into(),
-                    ));
-                }
-                Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
-                Err(e) if is_conflict(&e) => {
-                    let fresh = match api.get(&name).await {
-                        Ok(fresh) => Arc::new(fresh),
-                        Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
-                        Err(e) => return Err(AddFinalizer::Error(e.to_string())),
-                    };
-                    if fresh.metadata.uid != service.metadata.uid
-                        || plan::decide(&fresh, true) != Decision::Ensure
-                    {
-                        return Err(AddFinalizer::Step(Step::Restart(fresh)));
-                    }
-                    current = fresh;
-                }
-                Err(e) => return Err(AddFinalizer::Error(e.to_string())),
-            }
-        }
-        Err(AddFinalizer::Error(format!(
-            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
-        )))
-    }
-
-    /// Removes the cleanup finalizer, retrying conflicts on a fresh GET. A Service that is gone
-    /// or no longer carries the finalizer is done. Returns whether the Service is gone: it no
-    /// longer exists, was replaced, or our write removed the last finalizer of a Service being
-    /// deleted (the API server then deletes it), so there is no status left to write.
-    async fn remove_finalizer(&self, service: &Arc<Service>) -> Result<bool, RemoveFinalizer> {
-        let api = self.api(&service.namespace().unwrap_or_default());
-        let name = service.name_any();
-        let mut current = service.clone();
-        for _ in 0..MAX_CONFLICT_ATTEMPTS {
-            let Some(patch) = plan::remove_finalizer_patch(&current) else {
-                return Ok(false);
-            };
-            let patch = json_patch(patch).map_err(RemoveFinalizer::Error)?;
-            match api
-                .patch_status(&name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(updated) => {
-                    let deleted = plan::is_being_deleted(&updated)
-                        && updated
-                            .metadata
-                            .finalizers
-                            .as_ref()
-                            .is_none_or(Vec::is_empty);
-                    return Ok(deleted);
-                }
-                Err(e) if is_not_found(&e) => return Ok(true),
-                Err(e) if is_conflict(&e) => {
-                    let fresh = match api.get(&name).await {
-                        Ok(fresh) => Arc::new(fresh),
-                        Err(e) if is_not_found(&e) => return Ok(true),
-                        Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
-                    };
-                    if fresh.metadata.uid != service.metadata.uid {
-                        // The Service we cleaned up is gone; its successor is someone else's
-                        // business.
-                        return Ok(true);
-                    }
-                    if plan::decide(&fresh, true) == Decision::Ensure {
-                        // It wants a load balancer again: keep the finalizer and ensure.
-                        return Err(RemoveFinalizer::Step(Step::Restart(fresh)));
-                    }
-                    current = fresh;
-                }
-                Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
-            }
-        }
-        Err(RemoveFinalizer::Error(format!(
-            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
-        )))
     }
 
     /// One node-sync pass: every load balancer whose eligible host set changed gets one
@@ -854,14 +739,4 @@ impl Reconciler {
         // Falls back to a full ensure of this Service, at once (not rate limited), as Go does.
         self.queue.add(key.to_owned());
     }
-}
-
-enum AddFinalizer {
-    Step(Step),
-    Error(String),
-}
-
-enum RemoveFinalizer {
-    Step(Step),
-    Error(String),
 }
