@@ -193,9 +193,10 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
     wait_for(&services(&cluster, &ns), &name, TIMEOUT, has_ingress)
         .await
         .unwrap();
-    // The Nodes present at start need no pass (the ensure passed them); wait out any pass
-    // a test-harness write might start.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Everything the start and the ensure caused has run: the informers hold what the API
+    // server holds, no node-sync window is open, no cloud call is in flight. (A fixed sleep
+    // here and below was the synchronisation before, and a loaded machine can outlast it.)
+    running.settled().await;
     let passes = running.metric("service_controller_nodesync_latency_seconds_count");
 
     patch_node(
@@ -220,8 +221,14 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
         )
         .await
         .unwrap();
-    // A relevant change afterwards starts exactly one pass: the earlier ones started none.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The three changes reached the controller and started no pass.
+    running.settled().await;
+    assert_eq!(
+        running.metric("service_controller_nodesync_latency_seconds_count"),
+        passes
+    );
+    assert_eq!(probe.count("update_load_balancer", &key(&svc)), 0);
+    // A relevant change afterwards starts exactly one pass.
     patch_node(
         &cluster,
         &node,
