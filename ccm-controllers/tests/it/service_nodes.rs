@@ -191,9 +191,10 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
     wait_for(&services(&cluster, &ns), &name, TIMEOUT, has_ingress)
         .await
         .unwrap();
-    // The Nodes present at start need no pass (the ensure passed them); wait out any pass
-    // a test-harness write might start.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Everything the start and the ensure caused has run: the informers hold what the API
+    // server holds, no node-sync window is open, no cloud call is in flight. (A fixed sleep
+    // here and below was the synchronisation before, and a loaded machine can outlast it.)
+    running.settled().await;
     let passes = running.metric("service_controller_nodesync_latency_seconds_count");
 
     patch_node(
@@ -218,8 +219,14 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
         )
         .await
         .unwrap();
-    // A relevant change afterwards starts exactly one pass: the earlier ones started none.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The three changes reached the controller and started no pass.
+    running.settled().await;
+    assert_eq!(
+        running.metric("service_controller_nodesync_latency_seconds_count"),
+        passes
+    );
+    assert_eq!(probe.count("update_load_balancer", &key(&svc)), 0);
+    // A relevant change afterwards starts exactly one pass.
     patch_node(
         &cluster,
         &node,
@@ -606,6 +613,59 @@ async fn a_removal_during_a_wide_addition_window_goes_out_at_once() {
         took < Duration::from_millis(2500),
         "the removal waited {took:?}"
     );
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// Issue 19's own case: Nodes joining one every 2 s against the default 1 s base window.
+/// Judged over the current window, each join came after the previous pass had closed it and
+/// cost every load balancer an update of its own (9 joins, 9 updates per load balancer).
+/// Judged over the largest window (8 s), the joins keep widening it: the k-th window is
+/// min(2^(k-1), 8) s wide and opens only after the previous pass, so the windows opening
+/// during the 16 s of joins are at most 5 (1 + 2 + 4 + 8 = 15 s ≤ 16 s < 23 s): at most 5
+/// updates per load balancer, and every load balancer ends with every Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_joining_every_two_seconds_widen_the_default_window() {
+    use ccm_controllers::controllers::service::{
+        DEFAULT_NODE_SYNC_MAX_WINDOW, DEFAULT_NODE_SYNC_WINDOW,
+    };
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let config = ServiceConfig {
+        workers: 4,
+        node_sync_window: DEFAULT_NODE_SYNC_WINDOW,
+        node_sync_max_window: DEFAULT_NODE_SYNC_MAX_WINDOW,
+    };
+    assert_eq!(
+        (config.node_sync_window, config.node_sync_max_window),
+        (Duration::from_secs(1), Duration::from_secs(8))
+    );
+    let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
+    let keys = lb_services(&cluster, &ns, 3).await;
+    let joins: Vec<String> = (0..9).map(|_| cluster.unique_name("join")).collect();
+    for (i, n) in joins.iter().enumerate() {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        create_node(&cluster, n).await;
+    }
+    let all: BTreeSet<String> = joins.iter().cloned().collect();
+    wait_until("every load balancer has every joined node", || async {
+        keys.iter().all(|k| our_hosts(&fake, k, &joins) == all)
+    })
+    .await;
+    let per_lb: Vec<usize> = keys
+        .iter()
+        .map(|k| probe.count("update_load_balancer", k))
+        .collect();
+    eprintln!("update_load_balancer per load balancer for 9 joins every 2 s: {per_lb:?}");
+    for (k, updates) in keys.iter().zip(&per_lb) {
+        assert!(
+            (1..=5).contains(updates),
+            "{k}: {updates} updates for 9 joins"
+        );
+    }
     running.stop().await.unwrap();
     cluster.cleanup().await;
 }

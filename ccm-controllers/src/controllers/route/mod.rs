@@ -27,6 +27,7 @@
 
 mod cloud;
 mod metrics;
+mod patch;
 pub mod plan;
 mod sync;
 
@@ -35,18 +36,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
 use tokio::sync::{RwLock, Semaphore};
-use tokio_util::sync::CancellationToken;
 
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
-use crate::machinery::informer::{Change, Subscription};
-use crate::machinery::workqueue::{Activity, Backoff, WorkQueue};
+use crate::machinery::workqueue::{Backoff, WorkQueue};
 
 use self::metrics::RouteMetrics;
-use self::sync::Reconciler;
-use plan::NodeInfo;
+use self::sync::{Reconciler, tick, watch_nodes};
 pub use plan::{parse_cluster_cidrs, validate_cluster_cidrs};
 
 /// The controller's canonical name (for `--controllers`).
@@ -239,67 +236,6 @@ pub async fn run(ctx: ControllerContext, config: RouteConfig) -> Result<(), Cont
     Ok(())
 }
 
-/// Whether a Node change can change the routes: added, deleted, its pod CIDRs or its
-/// addresses changed, or the subscriber missed changes.
-fn is_relevant(change: &Change<Node>) -> bool {
-    match change {
-        Change::Applied { old: None, .. } | Change::Deleted(_) | Change::Resync => true,
-        Change::Applied {
-            old: Some(old),
-            new,
-        } => {
-            let (o, n) = (NodeInfo::from_node(old), NodeInfo::from_node(new));
-            o.pod_cidrs != n.pod_cidrs || o.addresses != n.addresses || o.uid != n.uid
-        }
-    }
-}
-
-/// Turns relevant Node changes into reconciles: the first relevant change opens a window of
-/// `debounce`; everything arriving in it is folded into one reconcile.
-async fn watch_nodes(
-    mut changes: Subscription<Node>,
-    activity: Activity,
-    queue: WorkQueue<()>,
-    debounce: Duration,
-    shutdown: CancellationToken,
-) {
-    loop {
-        let change = tokio::select! {
-            () = shutdown.cancelled() => return,
-            c = changes.recv() => c,
-        };
-        let Some(change) = change else { return };
-        if !is_relevant(&change) {
-            continue;
-        }
-        // In flight until the reconcile is queued (the queue counts from then on).
-        let _busy = activity.begin();
-        let window = tokio::time::sleep(debounce);
-        tokio::pin!(window);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = &mut window => break,
-                c = changes.recv() => if c.is_none() { return },
-            }
-        }
-        queue.add(());
-    }
-}
-
-/// The periodic safety net: a full reconcile every `period` (not sliding: a slow reconcile
-/// does not push the next one back, as Go's `NonSlidingUntil`), the first one at once.
-async fn tick(queue: WorkQueue<()>, period: Duration, shutdown: CancellationToken) {
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = interval.tick() => queue.add(()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -330,113 +266,5 @@ mod tests {
         ok.validate().unwrap();
         assert_eq!(ok.reconciliation_period, Duration::from_secs(10));
         assert_eq!(ok.max_concurrent_operations, 200);
-    }
-
-    #[test]
-    fn only_cidr_address_and_membership_changes_are_relevant() {
-        use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeSpec, NodeStatus};
-        let base = Node {
-            metadata: kube::api::ObjectMeta {
-                name: Some("a".into()),
-                uid: Some("u".into()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
-                ..Default::default()
-            }),
-            status: Some(NodeStatus {
-                addresses: Some(vec![NodeAddress {
-                    type_: "InternalIP".into(),
-                    address: "10.0.0.1".into(),
-                }]),
-                ..Default::default()
-            }),
-        };
-        let applied = |old: &Node, new: &Node| Change::Applied {
-            old: Some(Arc::new(old.clone())),
-            new: Arc::new(new.clone()),
-        };
-        assert!(is_relevant(&Change::Applied {
-            old: None,
-            new: Arc::new(base.clone())
-        }));
-        assert!(is_relevant(&Change::Deleted(Arc::new(base.clone()))));
-        assert!(is_relevant(&Change::Resync));
-
-        let mut labels = base.clone();
-        labels.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
-        labels
-            .status
-            .as_mut()
-            .unwrap()
-            .conditions
-            .get_or_insert_default()
-            .push(NodeCondition {
-                type_: "NetworkUnavailable".into(),
-                status: "False".into(),
-                ..Default::default()
-            });
-        assert!(!is_relevant(&applied(&base, &labels)));
-
-        let mut cidrs = base.clone();
-        cidrs.spec.as_mut().unwrap().pod_cidrs =
-            Some(vec!["10.244.1.0/24".into(), "fd00::/64".into()]);
-        assert!(is_relevant(&applied(&base, &cidrs)));
-
-        let mut addrs = base.clone();
-        addrs.status.as_mut().unwrap().addresses = None;
-        assert!(is_relevant(&applied(&base, &addrs)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn node_changes_within_the_debounce_window_make_one_reconcile() {
-        // Drives watch_nodes from a real informer fed by a channel.
-        use kube::runtime::watcher::Event;
-        let (tx, rx) = futures::channel::mpsc::unbounded();
-        let shutdown = CancellationToken::new();
-        let (informer, driver) = crate::machinery::informer::Informer::<Node>::from_stream(
-            rx,
-            crate::machinery::informer::strip_node,
-            shutdown.clone(),
-        );
-        tokio::spawn(driver);
-        tx.unbounded_send(Ok(Event::Init)).unwrap();
-        tx.unbounded_send(Ok(Event::InitDone)).unwrap();
-        let sub = informer.subscribe().await.unwrap();
-        let queue: WorkQueue<()> = WorkQueue::new("t", Backoff::CONTROLLER, None);
-        let watcher = tokio::spawn(watch_nodes(
-            sub,
-            Activity::new(),
-            queue.clone(),
-            Duration::from_millis(200),
-            shutdown.clone(),
-        ));
-        let node = |name: &str| Node {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.into()),
-                resource_version: Some("1".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        for i in 0..10 {
-            tx.unbounded_send(Ok(Event::Apply(node(&format!("n{i}")))))
-                .unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(queue.is_empty());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(queue.len(), 1);
-        let () = queue.get().await.unwrap();
-        queue.done(&());
-        // An irrelevant change (same node, same fields) triggers nothing.
-        let mut same = node("n1");
-        same.metadata.resource_version = Some("2".into());
-        tx.unbounded_send(Ok(Event::Apply(same))).unwrap();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        assert!(queue.is_empty());
-        shutdown.cancel();
-        watcher.await.unwrap();
     }
 }

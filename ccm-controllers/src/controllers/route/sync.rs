@@ -9,15 +9,18 @@ use ccm_core::Route;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio::sync::{RwLock, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use crate::machinery::context::ControllerContext;
 use crate::machinery::events::EventRecorder;
-use crate::machinery::workqueue::{Outcome, WorkQueue};
+use crate::machinery::informer::{Change, Subscription};
+use crate::machinery::workqueue::{Activity, Outcome, WorkQueue};
 
 use super::cloud::{create_route, execute, failed_create_message};
 use super::metrics::RouteMetrics;
+use super::patch::{self, ConditionWrite};
 use super::plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey};
 use super::*;
 
@@ -212,11 +215,10 @@ impl Reconciler {
         }
     }
 
-    /// Writes the `NetworkUnavailable` condition through the status subresource: a strategic
-    /// merge patch of this one condition (merge key `type`, so other conditions are untouched),
-    /// decided on the informer's cached Node, without reading it first (see
-    /// [`plan::condition_patch`] for `lastTransitionTime` and when the patch carries a
-    /// resourceVersion precondition). A conflict is decided again on a fresh read; other
+    /// Writes the `NetworkUnavailable` condition through the status subresource
+    /// ([`patch::write_condition`]), decided on the informer's cached Node, without reading it
+    /// first (see [`plan::condition_patch`] for `lastTransitionTime` and when the patch tests
+    /// the condition it was decided on). A conflict is decided again on a fresh read; other
     /// failures are retried from the cache (Go: 5 attempts, 100 ms apart).
     async fn set_condition(&self, name: &str, desired: DesiredCondition) {
         let api: Api<Node> = Api::all(self.ctx.client.clone());
@@ -225,6 +227,7 @@ impl Reconciler {
             if attempt > 0 {
                 tokio::time::sleep(CONDITION_RETRY_DELAY).await;
             }
+            let full = fresh.is_some();
             let node = match fresh.take() {
                 Some(node) => node,
                 None => {
@@ -239,14 +242,9 @@ impl Reconciler {
                 }
             };
             let now = Time(jiff::Timestamp::now());
-            let Some(patch) = plan::condition_patch(&node, &desired, &now) else {
-                return;
-            };
-            match api
-                .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
-                .await
-            {
-                Ok(_) => {
+            match patch::write_condition(&api, &node, full, &desired, &now).await {
+                Ok(ConditionWrite::Unneeded | ConditionWrite::Gone) => return,
+                Ok(ConditionWrite::Written) => {
                     tracing::info!(
                         node = name,
                         status = desired.status,
@@ -256,14 +254,14 @@ impl Reconciler {
                     self.remember_written(&node, desired);
                     return;
                 }
-                Err(kube::Error::Api(status)) if status.is_not_found() => return,
-                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                Ok(ConditionWrite::Conflict(error)) => {
                     tracing::debug!(
                         node = name,
                         "conflict setting NetworkUnavailable; deciding again on a fresh read"
                     );
+                    tracing::debug!(node = name, %error, "conflicting NetworkUnavailable write");
                     match api.get_opt(name).await {
-                        Ok(Some(node)) => fresh = Some(Arc::new(node)),
+                        Ok(Some(current)) => fresh = Some(Arc::new(current)),
                         Ok(None) => return,
                         Err(error) => {
                             tracing::warn!(node = name, %error, "could not read node to set its NetworkUnavailable condition");
@@ -323,5 +321,181 @@ impl Reconciler {
                 .get(name)
                 .is_some_and(|n| n.metadata.resource_version == w.decided_on)
         });
+    }
+}
+
+/// Whether a Node change can change the routes: added, deleted, its pod CIDRs or its
+/// addresses changed, or the subscriber missed changes.
+fn is_relevant(change: &Change<Node>) -> bool {
+    match change {
+        Change::Applied { old: None, .. } | Change::Deleted(_) | Change::Resync => true,
+        Change::Applied {
+            old: Some(old),
+            new,
+        } => {
+            let (o, n) = (NodeInfo::from_node(old), NodeInfo::from_node(new));
+            o.pod_cidrs != n.pod_cidrs || o.addresses != n.addresses || o.uid != n.uid
+        }
+    }
+}
+
+/// Turns relevant Node changes into reconciles: the first relevant change opens a window of
+/// `debounce`; everything arriving in it is folded into one reconcile.
+pub(super) async fn watch_nodes(
+    mut changes: Subscription<Node>,
+    activity: Activity,
+    queue: WorkQueue<()>,
+    debounce: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let change = tokio::select! {
+            () = shutdown.cancelled() => return,
+            c = changes.recv() => c,
+        };
+        let Some(change) = change else { return };
+        if !is_relevant(&change) {
+            continue;
+        }
+        // In flight until the reconcile is queued (the queue counts from then on).
+        let _busy = activity.begin();
+        let window = tokio::time::sleep(debounce);
+        tokio::pin!(window);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = &mut window => break,
+                c = changes.recv() => if c.is_none() { return },
+            }
+        }
+        queue.add(());
+    }
+}
+
+/// The periodic safety net: a full reconcile every `period` (not sliding: a slow reconcile
+/// does not push the next one back, as Go's `NonSlidingUntil`), the first one at once.
+pub(super) async fn tick(queue: WorkQueue<()>, period: Duration, shutdown: CancellationToken) {
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = interval.tick() => queue.add(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_cidr_address_and_membership_changes_are_relevant() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition, NodeSpec, NodeStatus};
+        let base = Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some("a".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidrs: Some(vec!["10.244.1.0/24".into()]),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    type_: "InternalIP".into(),
+                    address: "10.0.0.1".into(),
+                }]),
+                ..Default::default()
+            }),
+        };
+        let applied = |old: &Node, new: &Node| Change::Applied {
+            old: Some(Arc::new(old.clone())),
+            new: Arc::new(new.clone()),
+        };
+        assert!(is_relevant(&Change::Applied {
+            old: None,
+            new: Arc::new(base.clone())
+        }));
+        assert!(is_relevant(&Change::Deleted(Arc::new(base.clone()))));
+        assert!(is_relevant(&Change::Resync));
+
+        let mut labels = base.clone();
+        labels.metadata.labels = Some([("x".to_owned(), "y".to_owned())].into());
+        labels
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .get_or_insert_default()
+            .push(NodeCondition {
+                type_: "NetworkUnavailable".into(),
+                status: "False".into(),
+                ..Default::default()
+            });
+        assert!(!is_relevant(&applied(&base, &labels)));
+
+        let mut cidrs = base.clone();
+        cidrs.spec.as_mut().unwrap().pod_cidrs =
+            Some(vec!["10.244.1.0/24".into(), "fd00::/64".into()]);
+        assert!(is_relevant(&applied(&base, &cidrs)));
+
+        let mut addrs = base.clone();
+        addrs.status.as_mut().unwrap().addresses = None;
+        assert!(is_relevant(&applied(&base, &addrs)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn node_changes_within_the_debounce_window_make_one_reconcile() {
+        // Drives watch_nodes from a real informer fed by a channel.
+        use kube::runtime::watcher::Event;
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let shutdown = CancellationToken::new();
+        let (informer, driver) = crate::machinery::informer::Informer::<Node>::from_stream(
+            rx,
+            crate::machinery::informer::strip_node,
+            shutdown.clone(),
+        );
+        tokio::spawn(driver);
+        tx.unbounded_send(Ok(Event::Init)).unwrap();
+        tx.unbounded_send(Ok(Event::InitDone)).unwrap();
+        let sub = informer.subscribe().await.unwrap();
+        let queue: WorkQueue<()> = WorkQueue::new("t", Backoff::CONTROLLER, None);
+        let watcher = tokio::spawn(watch_nodes(
+            sub,
+            Activity::new(),
+            queue.clone(),
+            Duration::from_millis(200),
+            shutdown.clone(),
+        ));
+        let node = |name: &str| Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some("1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        for i in 0..10 {
+            tx.unbounded_send(Ok(Event::Apply(node(&format!("n{i}")))))
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(queue.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(queue.len(), 1);
+        let () = queue.get().await.unwrap();
+        queue.done(&());
+        // An irrelevant change (same node, same fields) triggers nothing.
+        let mut same = node("n1");
+        same.metadata.resource_version = Some("2".into());
+        tx.unbounded_send(Ok(Event::Apply(same))).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(queue.is_empty());
+        shutdown.cancel();
+        watcher.await.unwrap();
     }
 }

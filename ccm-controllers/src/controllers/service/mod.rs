@@ -54,10 +54,13 @@
 //! - Failures of the delete path (get, delete, finalizer removal) emit
 //!   `DeleteLoadBalancerFailed` (Go: `SyncLoadBalancerFailed` on the finalizer path).
 //! - Finalizer writes are JSON patches of the status subresource (as Go, so the same RBAC
-//!   works) guarded by a `test` of the resourceVersion; a conflict is retried on a fresh GET
-//!   (`services get`, which Go's controller does not need).
+//!   works) guarded by `test`s of exactly what the decision read (UID, type, class, deletion,
+//!   the finalizer entries), not of the resourceVersion: a write to anything else never costs
+//!   a round trip. A failed test is retried on a fresh GET (`services get`, which Go's
+//!   unguarded strategic-merge patch does not need).
 
 pub(crate) mod metrics;
+mod patch;
 pub mod plan;
 mod sync;
 
@@ -113,8 +116,9 @@ pub struct ServiceConfig {
     /// balancer one `update_load_balancer`, not N. Zero runs a pass per batch of changes as
     /// soon as it arrives. Default 1 s.
     pub node_sync_window: Duration,
-    /// `--node-sync-max-window`: while Nodes keep joining, the window for additions doubles
-    /// from `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
+    /// `--node-sync-max-window`: while Nodes keep joining (an addition within this long of the
+    /// last pass that carried additions), the window for additions doubles from
+    /// `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
     /// costs each load balancer one update per window, not one per Node; removals still go out
     /// within `node_sync_window`. Default [`DEFAULT_NODE_SYNC_MAX_WINDOW`]; a value below
     /// `node_sync_window` means no widening.

@@ -458,38 +458,83 @@ pub fn status_patch(service: &Service, new: &LoadBalancerStatus) -> Option<Value
     Some(json!({ "status": { "loadBalancer": { "ingress": ingress } } }))
 }
 
-fn resource_version_test(service: &Service) -> Value {
-    json!({
-        "op": "test",
-        "path": "/metadata/resourceVersion",
-        "value": str_or_empty(&service.metadata.resource_version),
-    })
+fn test_op(path: &str, value: Value) -> Value {
+    json!({ "op": "test", "path": path, "value": value })
 }
 
-/// The JSON patch that adds the cleanup finalizer, guarded by a `test` of the
-/// resourceVersion (so it fails with a conflict, never clobbers, when the Service changed), or
-/// `None` when the finalizer is already present.
+/// `value` as a JSON-patch `test` value: an absent or empty string is tested as `null` (absent:
+/// kube-apiserver omits empty strings).
+fn str_test_value(value: Option<&str>) -> Value {
+    value
+        .filter(|v| !v.is_empty())
+        .map_or(Value::Null, |v| json!(v))
+}
+
+/// The `test`s of what [`decide`] read, as far as a finalizer write depends on it: the UID (the
+/// same Service, not one re-created under its name) and, unless the Service is being deleted
+/// (which cannot be undone, so nothing else can change the decision), `spec.type` and
+/// `spec.loadBalancerClass` as read. An `Ensure` also tests that `deletionTimestamp` is still
+/// absent.
+fn decision_tests(service: &Service) -> Vec<Value> {
+    let mut tests = Vec::new();
+    if let Some(uid) = &service.metadata.uid {
+        tests.push(test_op("/metadata/uid", json!(uid)));
+    }
+    if is_being_deleted(service) {
+        return tests;
+    }
+    tests.push(test_op("/metadata/deletionTimestamp", Value::Null));
+    let spec = service.spec.as_ref();
+    tests.push(test_op(
+        "/spec/type",
+        str_test_value(spec.and_then(|s| s.type_.as_deref())),
+    ));
+    tests.push(test_op(
+        "/spec/loadBalancerClass",
+        str_test_value(spec.and_then(|s| s.load_balancer_class.as_deref())),
+    ));
+    tests
+}
+
+/// The JSON patch that adds the cleanup finalizer, or `None` when it is already present.
+///
+/// Its `test`s guard exactly what the decision to add it was made on (UID, type, class,
+/// deletion) and the finalizer list it extends (the whole list, or its absence,
+/// tested as `null`): if another writer changed one of those, the API server rejects the patch
+/// (422) and the caller decides again on a fresh read; it never clobbers another finalizer.
+/// A write to anything else (labels, annotations, the status, the rest of the spec) fails no
+/// test, so it costs no round trip. Not a `test` of `metadata.resourceVersion`, which every
+/// such write bumps. (Go writes the finalizer with an unguarded strategic-merge patch.)
 pub fn add_finalizer_patch(service: &Service) -> Option<Value> {
     if has_cleanup_finalizer(service) {
         return None;
     }
-    let add = match &service.metadata.finalizers {
-        Some(list) if !list.is_empty() => json!({
-            "op": "add",
-            "path": "/metadata/finalizers/-",
-            "value": FINALIZER_LOAD_BALANCER_CLEANUP,
-        }),
-        _ => json!({
-            "op": "add",
-            "path": "/metadata/finalizers",
-            "value": [FINALIZER_LOAD_BALANCER_CLEANUP],
-        }),
-    };
-    Some(json!([resource_version_test(service), add]))
+    let mut ops = decision_tests(service);
+    match &service.metadata.finalizers {
+        Some(list) if !list.is_empty() => {
+            ops.push(test_op("/metadata/finalizers", json!(list)));
+            ops.push(json!({
+                "op": "add",
+                "path": "/metadata/finalizers/-",
+                "value": FINALIZER_LOAD_BALANCER_CLEANUP,
+            }));
+        }
+        _ => {
+            ops.push(test_op("/metadata/finalizers", Value::Null));
+            ops.push(json!({
+                "op": "add",
+                "path": "/metadata/finalizers",
+                "value": [FINALIZER_LOAD_BALANCER_CLEANUP],
+            }));
+        }
+    }
+    Some(Value::Array(ops))
 }
 
-/// The JSON patch that removes the cleanup finalizer (every occurrence), guarded by a `test` of
-/// the resourceVersion and of each removed entry, or `None` when it is absent.
+/// The JSON patch that removes the cleanup finalizer (every occurrence), or `None` when it is
+/// absent. Its `test`s guard what the decision to remove it was made on (UID; type and class
+/// unless being deleted) and each removed entry at its position, so another writer's finalizer is never removed and
+/// a write to anything else costs no round trip (see [`add_finalizer_patch`]).
 pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
     let list = service.metadata.finalizers.as_deref().unwrap_or_default();
     let positions: Vec<usize> = list
@@ -501,11 +546,11 @@ pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
     if positions.is_empty() {
         return None;
     }
-    let mut ops = vec![resource_version_test(service)];
+    let mut ops = decision_tests(service);
     // Remove from the back so earlier indices stay valid.
     for i in positions.into_iter().rev() {
         let path = format!("/metadata/finalizers/{i}");
-        ops.push(json!({ "op": "test", "path": path, "value": FINALIZER_LOAD_BALANCER_CLEANUP }));
+        ops.push(test_op(&path, json!(FINALIZER_LOAD_BALANCER_CLEANUP)));
         ops.push(json!({ "op": "remove", "path": path }));
     }
     Some(Value::Array(ops))
@@ -569,16 +614,23 @@ pub const MAX_WINDOW_FACTOR: u32 = 5;
 ///   arrived for one window, at the latest [`MAX_WINDOW_FACTOR`] windows after the first.
 /// - **Additions** wait for the *addition window*, counted from the first addition since the
 ///   last pass and not extended by later ones. It starts at the base window and doubles, up to
-///   `--node-sync-max-window`, each time an addition arrives within one addition window of the
-///   previous pass (Nodes keep joining); an addition after a longer pause starts again from the
-///   base. So a steady trickle of joins costs each load balancer one update per (widened)
-///   window instead of one per Node, while a removal still goes out within the base window.
+///   `--node-sync-max-window`, each time an addition arrives within `--node-sync-max-window` of
+///   the previous pass that carried additions (Nodes keep joining); an addition after a longer
+///   pause starts again from the base. So a steady trickle of joins costs each load balancer
+///   one update per (widened) window instead of one per Node, while a removal still goes out
+///   within the base window.
+///
+/// "Keeps joining" is judged over the largest window, not the current one: judged over the
+/// current window, a Node joining every 2 s against the 1 s base never widened it (each join
+/// came 1 s after the pass of the previous one, never within it), and each joining Node cost
+/// every load balancer an update of its own, as in Go (issue 19).
 #[derive(Clone, Debug)]
 pub struct NodeSyncTimer<I> {
     base: std::time::Duration,
     max: std::time::Duration,
     addition_window: std::time::Duration,
-    last_pass: Option<I>,
+    /// The last pass that carried additions.
+    last_addition_pass: Option<I>,
     first_addition: Option<I>,
     first_removal: Option<I>,
     last_removal: Option<I>,
@@ -595,7 +647,7 @@ where
             base,
             max: max.max(base),
             addition_window: base,
-            last_pass: None,
+            last_addition_pass: None,
             first_addition: None,
             first_removal: None,
             last_removal: None,
@@ -613,8 +665,8 @@ where
             HostChange::Addition => {
                 if self.first_addition.is_none() {
                     let keeps_joining = self
-                        .last_pass
-                        .is_some_and(|last| now < last + self.addition_window);
+                        .last_addition_pass
+                        .is_some_and(|last| now < last + self.max);
                     self.addition_window = if keeps_joining {
                         self.addition_window.saturating_mul(2).min(self.max)
                     } else {
@@ -649,702 +701,14 @@ where
 
     /// A pass started at `now`: it covers every change recorded so far.
     pub fn passed(&mut self, now: I) {
-        self.last_pass = Some(now);
+        if self.first_addition.is_some() {
+            self.last_addition_pass = Some(now);
+        }
         self.first_addition = None;
         self.first_removal = None;
         self.last_removal = None;
     }
 }
 
-// The file is longer than the ~800 lines of ARCHITECTURE.md because of the unit tests below:
-// the planner is pure, so its tests carry the rules of the reference, one test per rule.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{
-        NodeSpec, PortStatus, ServiceSpec, ServiceStatus, SessionAffinityConfig, Taint,
-    };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-
-    fn svc(type_: &str) -> Service {
-        Service {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("default".into()),
-                uid: Some("uid-1".into()),
-                resource_version: Some("7".into()),
-                ..Default::default()
-            },
-            spec: Some(ServiceSpec {
-                type_: Some(type_.into()),
-                ports: Some(vec![ServicePort {
-                    name: Some("http".into()),
-                    port: 80,
-                    protocol: Some("TCP".into()),
-                    node_port: Some(30080),
-                    target_port: Some(IntOrString::Int(8080)),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            status: None,
-        }
-    }
-
-    fn lb() -> Service {
-        svc("LoadBalancer")
-    }
-
-    fn with_finalizer(mut s: Service) -> Service {
-        s.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.into()]);
-        s
-    }
-
-    fn deleting(mut s: Service) -> Service {
-        s.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        s
-    }
-
-    fn spec(s: &mut Service) -> &mut ServiceSpec {
-        s.spec.get_or_insert_with(Default::default)
-    }
-
-    fn node(name: &str) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: Some(NodeSpec {
-                provider_id: Some(format!("fake://{name}")),
-                ..Default::default()
-            }),
-            status: None,
-        }
-    }
-
-    fn labelled(mut n: Node, value: &str) -> Node {
-        n.metadata.labels = Some(BTreeMap::from([(
-            LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS.to_owned(),
-            value.to_owned(),
-        )]));
-        n
-    }
-
-    fn tainted(mut n: Node, key: &str) -> Node {
-        n.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
-            key: key.into(),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        }]);
-        n
-    }
-
-    fn key(name: &str, pid: &str) -> HostKey {
-        HostKey {
-            name: name.into(),
-            provider_id: pid.into(),
-        }
-    }
-
-    // ---- wants_load_balancer / needs_cleanup -------------------------------------------
-
-    #[test]
-    fn wants_load_balancer_only_for_type_lb_without_class() {
-        assert!(wants_load_balancer(&lb()));
-        for t in ["ClusterIP", "NodePort", "ExternalName", "loadbalancer", ""] {
-            assert!(!wants_load_balancer(&svc(t)), "{t}");
-        }
-        let mut classed = lb();
-        spec(&mut classed).load_balancer_class = Some("example.com/other".into());
-        assert!(!wants_load_balancer(&classed));
-        // Even an empty class means "not mine".
-        spec(&mut classed).load_balancer_class = Some(String::new());
-        assert!(!wants_load_balancer(&classed));
-        let mut no_spec = lb();
-        no_spec.spec = None;
-        assert!(!wants_load_balancer(&no_spec));
-    }
-
-    #[test]
-    fn needs_cleanup_requires_finalizer_and_deletion_or_not_wanting() {
-        assert!(!needs_cleanup(&lb()));
-        assert!(!needs_cleanup(&with_finalizer(lb())));
-        assert!(needs_cleanup(&deleting(with_finalizer(lb()))));
-        assert!(needs_cleanup(&with_finalizer(svc("ClusterIP"))));
-        assert!(!needs_cleanup(&svc("ClusterIP")));
-        assert!(!needs_cleanup(&deleting(lb())));
-        let mut classed = with_finalizer(lb());
-        spec(&mut classed).load_balancer_class = Some("x".into());
-        assert!(needs_cleanup(&classed));
-        // Other finalizers do not count.
-        let mut other = deleting(lb());
-        other.metadata.finalizers = Some(vec!["example.com/other".into()]);
-        assert!(!needs_cleanup(&other));
-    }
-
-    #[test]
-    fn add_and_update_handlers_enqueue_per_go() {
-        assert!(should_enqueue_add(&lb()));
-        assert!(!should_enqueue_add(&svc("ClusterIP")));
-        assert!(should_enqueue_add(&with_finalizer(svc("ClusterIP"))));
-        assert!(should_enqueue_add(&deleting(with_finalizer(lb()))));
-        // A status-only or label-only update is ignored...
-        let mut new = lb();
-        new.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
-        new.metadata.resource_version = Some("8".into());
-        assert!(!should_enqueue_update(&lb(), &new));
-        // ... unless the Service needs cleanup (finalizer + deletion).
-        let old = with_finalizer(lb());
-        assert!(should_enqueue_update(&old, &deleting(old.clone())));
-        // Two non-LB Services never trigger, even if they differ.
-        let mut np = svc("NodePort");
-        np.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
-        assert!(!should_enqueue_update(&svc("ClusterIP"), &np));
-    }
-
-    // ---- needs_update ------------------------------------------------------------------
-
-    fn changed(f: impl FnOnce(&mut Service)) -> Option<UpdateTrigger> {
-        let old = lb();
-        let mut new = old.clone();
-        f(&mut new);
-        update_trigger(&old, &new)
-    }
-
-    fn reason(f: impl FnOnce(&mut Service)) -> Option<&'static str> {
-        changed(f).map(|t| t.reason)
-    }
-
-    #[test]
-    fn needs_update_on_type_flip_with_go_event() {
-        let t = changed(|s| spec(s).type_ = Some("ClusterIP".into())).unwrap();
-        assert_eq!(
-            t.event,
-            Some(("Type", "LoadBalancer -> ClusterIP".to_owned()))
-        );
-        assert!(needs_update(&svc("NodePort"), &lb()));
-        // Gaining a class is a flip of wantsLoadBalancer too.
-        assert_eq!(
-            reason(|s| spec(s).load_balancer_class = Some("x".into())),
-            Some("Type")
-        );
-    }
-
-    #[test]
-    fn needs_update_on_source_ranges() {
-        let t = changed(|s| {
-            spec(s).load_balancer_source_ranges =
-                Some(vec!["10.0.0.0/8".into(), "1.2.3.4/32".into()])
-        })
-        .unwrap();
-        assert_eq!(
-            t.event,
-            Some((
-                "LoadBalancerSourceRanges",
-                "[] -> [10.0.0.0/8 1.2.3.4/32]".to_owned()
-            ))
-        );
-        // None and empty are the same.
-        assert_eq!(
-            reason(|s| spec(s).load_balancer_source_ranges = Some(vec![])),
-            None
-        );
-    }
-
-    #[test]
-    fn needs_update_on_each_port_field() {
-        fn port(s: &mut Service) -> &mut ServicePort {
-            &mut spec(s).ports.as_mut().unwrap()[0]
-        }
-        assert_eq!(reason(|s| port(s).name = Some("web".into())), Some("Ports"));
-        assert_eq!(
-            reason(|s| port(s).protocol = Some("UDP".into())),
-            Some("Ports")
-        );
-        assert_eq!(reason(|s| port(s).port = 81), Some("Ports"));
-        assert_eq!(reason(|s| port(s).node_port = Some(30081)), Some("Ports"));
-        assert_eq!(
-            reason(|s| port(s).target_port = Some(IntOrString::String("http".into()))),
-            Some("Ports")
-        );
-        assert_eq!(
-            reason(|s| port(s).app_protocol = Some("https".into())),
-            Some("Ports")
-        );
-        assert_eq!(
-            reason(|s| spec(s).ports.as_mut().unwrap().push(ServicePort {
-                port: 443,
-                ..Default::default()
-            })),
-            Some("Ports")
-        );
-        // Reordering ports is a change (compared position by position).
-        let mut two = lb();
-        spec(&mut two).ports.as_mut().unwrap().push(ServicePort {
-            name: Some("https".into()),
-            port: 443,
-            ..Default::default()
-        });
-        let mut swapped = two.clone();
-        spec(&mut swapped).ports.as_mut().unwrap().reverse();
-        assert!(needs_update(&two, &swapped));
-        assert!(changed(|_| {}).is_none());
-    }
-
-    #[test]
-    fn needs_update_on_affinity_ip_external_ips() {
-        assert_eq!(
-            reason(|s| spec(s).session_affinity = Some("ClientIP".into())),
-            Some("SessionAffinity")
-        );
-        assert_eq!(
-            reason(|s| spec(s).session_affinity_config = Some(SessionAffinityConfig::default())),
-            Some("SessionAffinityConfig")
-        );
-        let t = changed(|s| spec(s).load_balancer_ip = Some("1.2.3.4".into())).unwrap();
-        assert_eq!(t.event, Some(("LoadbalancerIP", " -> 1.2.3.4".to_owned())));
-        let t = changed(|s| spec(s).external_ips = Some(vec!["5.6.7.8".into()])).unwrap();
-        assert_eq!(t.event, Some(("ExternalIP", "Count: 0 -> 1".to_owned())));
-        let mut old = lb();
-        spec(&mut old).external_ips = Some(vec!["5.6.7.8".into()]);
-        let mut new = old.clone();
-        spec(&mut new).external_ips = Some(vec!["5.6.7.9".into()]);
-        assert_eq!(
-            update_trigger(&old, &new).unwrap().event,
-            Some(("ExternalIP", "Added: 5.6.7.9".to_owned()))
-        );
-    }
-
-    #[test]
-    fn needs_update_on_annotations_uid_policy_healthcheck_families() {
-        assert_eq!(
-            reason(|s| s.metadata.annotations = Some(BTreeMap::from([("a".into(), "1".into())]))),
-            Some("Annotations")
-        );
-        assert_eq!(
-            reason(|s| s.metadata.annotations = Some(BTreeMap::new())),
-            None
-        );
-        let t = changed(|s| s.metadata.uid = Some("uid-2".into())).unwrap();
-        assert_eq!(t.event, Some(("UID", "uid-1 -> uid-2".to_owned())));
-        let t = changed(|s| spec(s).external_traffic_policy = Some("Local".into())).unwrap();
-        assert_eq!(
-            t.event,
-            Some(("ExternalTrafficPolicy", " -> Local".to_owned()))
-        );
-        let t = changed(|s| spec(s).health_check_node_port = Some(32000)).unwrap();
-        assert_eq!(
-            t.event,
-            Some(("HealthCheckNodePort", "0 -> 32000".to_owned()))
-        );
-        let t = changed(|s| spec(s).ip_families = Some(vec!["IPv4".into()])).unwrap();
-        assert_eq!(t.event, Some(("IPFamilies", "Count: 0 -> 1".to_owned())));
-    }
-
-    #[test]
-    fn needs_update_ignores_unlisted_fields() {
-        assert_eq!(
-            reason(|s| {
-                s.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
-                s.metadata.resource_version = Some("99".into());
-                s.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.into()]);
-                let sp = spec(s);
-                sp.allocate_load_balancer_node_ports = Some(false);
-                sp.ip_family_policy = Some("PreferDualStack".into());
-                sp.internal_traffic_policy = Some("Local".into());
-                sp.selector = Some(BTreeMap::from([("app".into(), "x".into())]));
-                sp.cluster_ip = Some("10.0.0.1".into());
-                s.status = Some(ServiceStatus::default());
-            }),
-            None
-        );
-        // Swapping ip families without changing their number does not trigger (Go compares
-        // the count only).
-        let mut old = lb();
-        spec(&mut old).ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
-        let mut new = old.clone();
-        spec(&mut new).ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
-        assert!(!needs_update(&old, &new));
-    }
-
-    // ---- decide ------------------------------------------------------------------------
-
-    #[test]
-    fn decide_covers_every_case() {
-        assert_eq!(decide(&lb(), false), Decision::Ensure);
-        assert_eq!(decide(&with_finalizer(lb()), false), Decision::Ensure);
-        assert_eq!(decide(&with_finalizer(lb()), true), Decision::Ensure);
-        assert_eq!(
-            decide(&deleting(with_finalizer(lb())), false),
-            Decision::Delete
-        );
-        assert_eq!(
-            decide(&with_finalizer(svc("ClusterIP")), false),
-            Decision::Delete
-        );
-        assert_eq!(decide(&svc("ClusterIP"), true), Decision::Delete);
-        assert_eq!(decide(&deleting(lb()), true), Decision::Delete);
-        assert_eq!(decide(&svc("ClusterIP"), false), Decision::Skip);
-        assert_eq!(decide(&deleting(lb()), false), Decision::Skip);
-        let mut classed = lb();
-        spec(&mut classed).load_balancer_class = Some("x".into());
-        assert_eq!(decide(&classed, false), Decision::Skip);
-        assert_eq!(decide(&with_finalizer(classed), false), Decision::Delete);
-    }
-
-    // ---- node predicates ---------------------------------------------------------------
-
-    #[test]
-    fn exclusion_label_parses_go_booleans() {
-        assert!(node_included(&node("a")));
-        for v in ["false", "0", "f", "F", "FALSE", "False"] {
-            assert!(node_included(&labelled(node("a"), v)), "{v:?} must include");
-        }
-        for v in [
-            "true", "1", "t", "T", "TRUE", "True", "", "no", "yes", "fAlSe", " false",
-        ] {
-            assert!(
-                !node_included(&labelled(node("a"), v)),
-                "{v:?} must exclude"
-            );
-        }
-    }
-
-    #[test]
-    fn eligibility_combines_the_three_predicates() {
-        assert!(is_eligible_host(&node("a")));
-        let mut gone = node("a");
-        gone.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        assert!(!node_not_deleted(&gone));
-        assert!(!is_eligible_host(&gone));
-        assert!(!is_eligible_host(&labelled(node("a"), "true")));
-        assert!(is_eligible_host(&labelled(node("a"), "false")));
-        let ca = tainted(node("a"), TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER);
-        assert!(!node_not_tainted_for_deletion(&ca));
-        assert!(!is_eligible_host(&ca));
-        // Other taints, NotReady, unschedulable: still a host.
-        let mut other = tainted(node("a"), "node.kubernetes.io/not-ready");
-        other.spec.as_mut().unwrap().unschedulable = Some(true);
-        assert!(is_eligible_host(&other));
-    }
-
-    #[test]
-    fn eligible_hosts_filters_and_sorts() {
-        let nodes: Vec<Arc<Node>> = vec![
-            Arc::new(node("c")),
-            Arc::new(labelled(node("b"), "true")),
-            Arc::new(node("a")),
-        ];
-        let hosts = eligible_hosts(&nodes);
-        let names: Vec<_> = hosts
-            .iter()
-            .map(|n| n.metadata.name.clone().unwrap())
-            .collect();
-        assert_eq!(names, ["a", "c"]);
-        assert_eq!(
-            host_keys(&hosts),
-            vec![key("a", "fake://a"), key("c", "fake://c")]
-        );
-    }
-
-    #[test]
-    fn node_updates_trigger_only_on_eligibility_or_provider_id() {
-        let base = node("a");
-        assert!(!node_update_needs_sync(&base, &base));
-        // Ready / other labels / other taints: no sync.
-        let mut relabelled = base.clone();
-        relabelled.metadata.labels = Some(BTreeMap::from([("x".into(), "y".into())]));
-        assert!(!node_update_needs_sync(&base, &relabelled));
-        assert!(!node_update_needs_sync(
-            &base,
-            &tainted(base.clone(), "other")
-        ));
-        // Label value change that keeps the result: no sync.
-        assert!(!node_update_needs_sync(
-            &labelled(base.clone(), "true"),
-            &labelled(base.clone(), "1")
-        ));
-        assert!(node_update_needs_sync(
-            &base,
-            &labelled(base.clone(), "true")
-        ));
-        assert!(node_update_needs_sync(
-            &labelled(base.clone(), "true"),
-            &base
-        ));
-        assert!(node_update_needs_sync(
-            &base,
-            &tainted(base.clone(), TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
-        ));
-        let mut moved = base.clone();
-        moved.spec.as_mut().unwrap().provider_id = Some("fake://other".into());
-        assert!(node_update_needs_sync(&base, &moved));
-        let mut deleted = base.clone();
-        deleted.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        assert!(node_update_needs_sync(&base, &deleted));
-    }
-
-    #[test]
-    fn nodes_sufficiently_equal_compares_names_and_provider_ids() {
-        let a = vec![key("a", "p1"), key("b", "p2")];
-        assert!(nodes_sufficiently_equal(&a, &a));
-        assert!(nodes_sufficiently_equal(
-            &a,
-            &[key("b", "p2"), key("a", "p1")]
-        ));
-        assert!(!nodes_sufficiently_equal(&a, &[key("a", "p1")]));
-        assert!(!nodes_sufficiently_equal(
-            &a,
-            &[key("a", "p1"), key("c", "p2")]
-        ));
-        assert!(!nodes_sufficiently_equal(
-            &a,
-            &[key("a", "p1"), key("b", "p3")]
-        ));
-        assert!(nodes_sufficiently_equal(&[], &[]));
-        assert!(!nodes_sufficiently_equal(&[], &[key("a", "")]));
-    }
-
-    // ---- status ------------------------------------------------------------------------
-
-    fn status(ips: &[&str]) -> LoadBalancerStatus {
-        LoadBalancerStatus {
-            ingress: Some(
-                ips.iter()
-                    .map(|ip| LoadBalancerIngress {
-                        ip: Some((*ip).into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-        }
-    }
-
-    #[test]
-    fn status_equality_compares_ingress_only() {
-        assert!(load_balancer_status_equal(None, None));
-        assert!(load_balancer_status_equal(
-            None,
-            Some(&LoadBalancerStatus::default())
-        ));
-        assert!(load_balancer_status_equal(Some(&status(&[])), None));
-        assert!(load_balancer_status_equal(
-            Some(&status(&["1.1.1.1"])),
-            Some(&status(&["1.1.1.1"]))
-        ));
-        assert!(!load_balancer_status_equal(
-            Some(&status(&["1.1.1.1"])),
-            Some(&status(&["1.1.1.2"]))
-        ));
-        assert!(!load_balancer_status_equal(
-            None,
-            Some(&status(&["1.1.1.1"]))
-        ));
-        assert!(!load_balancer_status_equal(
-            Some(&status(&["1.1.1.1", "2.2.2.2"])),
-            Some(&status(&["2.2.2.2", "1.1.1.1"]))
-        ));
-        let mut with_mode = status(&["1.1.1.1"]);
-        with_mode.ingress.as_mut().unwrap()[0].ip_mode = Some("Proxy".into());
-        assert!(!load_balancer_status_equal(
-            Some(&status(&["1.1.1.1"])),
-            Some(&with_mode)
-        ));
-        // kube-apiserver defaults the mode of an IP ingress to VIP: no change.
-        let mut defaulted = status(&["1.1.1.1"]);
-        defaulted.ingress.as_mut().unwrap()[0].ip_mode = Some("VIP".into());
-        assert!(load_balancer_status_equal(
-            Some(&defaulted),
-            Some(&status(&["1.1.1.1"]))
-        ));
-        let mut with_host = status(&["1.1.1.1"]);
-        with_host.ingress.as_mut().unwrap()[0].hostname = Some("lb.example".into());
-        assert!(!load_balancer_status_equal(
-            Some(&status(&["1.1.1.1"])),
-            Some(&with_host)
-        ));
-        let mut with_ports = status(&["1.1.1.1"]);
-        with_ports.ingress.as_mut().unwrap()[0].ports = Some(vec![PortStatus {
-            port: 80,
-            protocol: "TCP".into(),
-            error: None,
-        }]);
-        assert!(!load_balancer_status_equal(
-            Some(&status(&["1.1.1.1"])),
-            Some(&with_ports)
-        ));
-    }
-
-    #[test]
-    fn status_patch_only_when_ingress_changed() {
-        let mut s = lb();
-        assert_eq!(status_patch(&s, &LoadBalancerStatus::default()), None);
-        let patch = status_patch(&s, &status(&["203.0.113.10"])).unwrap();
-        assert_eq!(
-            patch,
-            json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]}}})
-        );
-        s.status = Some(ServiceStatus {
-            load_balancer: Some(status(&["203.0.113.10"])),
-            ..Default::default()
-        });
-        assert_eq!(status_patch(&s, &status(&["203.0.113.10"])), None);
-        assert_eq!(
-            status_patch(&s, &LoadBalancerStatus::default()).unwrap(),
-            json!({"status": {"loadBalancer": {"ingress": null}}})
-        );
-    }
-
-    // ---- finalizer patches -------------------------------------------------------------
-
-    #[test]
-    fn add_finalizer_patch_tests_resource_version() {
-        let s = lb();
-        assert_eq!(
-            add_finalizer_patch(&s).unwrap(),
-            json!([
-                {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
-                {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]},
-            ])
-        );
-        let mut other = lb();
-        other.metadata.finalizers = Some(vec!["example.com/x".into()]);
-        assert_eq!(
-            add_finalizer_patch(&other).unwrap()[1],
-            json!({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER_LOAD_BALANCER_CLEANUP})
-        );
-        assert_eq!(add_finalizer_patch(&with_finalizer(lb())), None);
-        // The patch parses as an RFC 6902 patch and applies.
-        let patch: json_patch::Patch =
-            serde_json::from_value(add_finalizer_patch(&other).unwrap()).unwrap();
-        let mut doc = serde_json::to_value(&other).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
-        let patched: Service = serde_json::from_value(doc).unwrap();
-        assert_eq!(
-            patched.metadata.finalizers.unwrap(),
-            ["example.com/x", FINALIZER_LOAD_BALANCER_CLEANUP]
-        );
-        // A stale resourceVersion makes the patch fail instead of clobbering.
-        let mut stale = serde_json::to_value(&other).unwrap();
-        stale["metadata"]["resourceVersion"] = json!("8");
-        assert!(json_patch::patch(&mut stale, &patch).is_err());
-    }
-
-    #[test]
-    fn remove_finalizer_patch_removes_only_ours() {
-        assert_eq!(remove_finalizer_patch(&lb()), None);
-        let mut s = lb();
-        s.metadata.finalizers = Some(vec![
-            "a".into(),
-            FINALIZER_LOAD_BALANCER_CLEANUP.into(),
-            "b".into(),
-            FINALIZER_LOAD_BALANCER_CLEANUP.into(),
-        ]);
-        let patch: json_patch::Patch =
-            serde_json::from_value(remove_finalizer_patch(&s).unwrap()).unwrap();
-        let mut doc = serde_json::to_value(&s).unwrap();
-        json_patch::patch(&mut doc, &patch).unwrap();
-        let patched: Service = serde_json::from_value(doc).unwrap();
-        assert_eq!(patched.metadata.finalizers.unwrap(), ["a", "b"]);
-        let mut stale = serde_json::to_value(&s).unwrap();
-        stale["metadata"]["resourceVersion"] = json!("8");
-        assert!(json_patch::patch(&mut stale, &patch).is_err());
-    }
-
-    #[test]
-    fn update_failed_note_limits_names() {
-        let hosts: Vec<HostKey> = (0..25).map(|i| key(&format!("n{i:02}"), "")).collect();
-        let note = update_failed_note(&hosts, "boom");
-        assert!(note.starts_with("Error updating load balancer with new hosts [n00 n01"));
-        assert!(note.contains("n19]"));
-        assert!(!note.contains("n20"));
-        assert!(note.ends_with("[node names limited, total number of nodes: 25], error: boom"));
-        assert_eq!(
-            update_failed_note(&[key("a", "")], "x"),
-            "Error updating load balancer with new hosts [a] [node names limited, total number of nodes: 1], error: x"
-        );
-    }
-
-    mod node_sync_timer {
-        use super::super::{HostChange, NodeSyncTimer};
-        use std::time::Duration;
-
-        fn ms(n: u64) -> Duration {
-            Duration::from_millis(n)
-        }
-
-        /// Times are durations since an origin.
-        fn timer() -> NodeSyncTimer<Duration> {
-            NodeSyncTimer::new(ms(200), ms(1600))
-        }
-
-        #[test]
-        fn joins_that_keep_coming_widen_the_window_up_to_the_max() {
-            let mut t = timer();
-            let mut now = ms(0);
-            let mut passes = Vec::new();
-            // A Node every 300 ms for 6 s.
-            for _ in 0..20 {
-                while let Some(due) = t.due().filter(|d| *d <= now) {
-                    passes.push(due);
-                    t.passed(due);
-                }
-                t.change(HostChange::Addition, now);
-                now += ms(300);
-            }
-            while let Some(due) = t.due() {
-                passes.push(due);
-                t.passed(due);
-            }
-            // Windows 200, 400, 800, 1600, 1600, ... instead of one pass per Node.
-            assert_eq!(t.addition_window(), ms(1600));
-            assert!(passes.len() <= 7, "{passes:?}");
-            let last_join = ms(300 * 19);
-            assert!(*passes.last().unwrap() >= last_join);
-            assert!(*passes.last().unwrap() <= last_join + ms(1600));
-        }
-
-        #[test]
-        fn a_pause_resets_the_window() {
-            let mut t = timer();
-            t.change(HostChange::Addition, ms(0));
-            t.passed(ms(200));
-            t.change(HostChange::Addition, ms(300));
-            assert_eq!(t.addition_window(), ms(400));
-            t.passed(ms(700));
-            // Nothing for longer than the window: back to the base.
-            t.change(HostChange::Addition, ms(5000));
-            assert_eq!(t.addition_window(), ms(200));
-            assert_eq!(t.due(), Some(ms(5200)));
-        }
-
-        #[test]
-        fn a_removal_goes_out_within_the_base_window_during_a_wide_addition_window() {
-            let mut t = timer();
-            // Joins every 300 ms until the window is at its widest (passes at 200, 700, 1700,
-            // 3400; the join at 3600 opens a 1600 ms window).
-            for n in 0..13u64 {
-                let now = ms(n * 300);
-                while let Some(due) = t.due().filter(|d| *d <= now) {
-                    t.passed(due);
-                }
-                t.change(HostChange::Addition, now);
-            }
-            assert_eq!(t.addition_window(), ms(1600));
-            assert_eq!(t.due(), Some(ms(5200)));
-            t.change(HostChange::Removal, ms(3700));
-            assert_eq!(t.due(), Some(ms(3900)), "the removal's base window");
-        }
-
-        #[test]
-        fn removals_alone_keep_the_quiet_window_and_its_deadline() {
-            let mut t = timer();
-            for n in 0..10u64 {
-                t.change(HostChange::Removal, ms(n * 150));
-            }
-            // Quiet window would be 1350 + 200; the burst deadline is 0 + 5 × 200.
-            assert_eq!(t.due(), Some(ms(1000)));
-        }
-    }
-}
+mod tests;

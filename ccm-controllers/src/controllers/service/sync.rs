@@ -1,12 +1,12 @@
-//! The async shell of the service controller: informer handlers, the service worker, the
-//! node-sync loop, and the API writes. Decisions come from [`super::plan`].
+//! The async shell of the service controller: the run loop, the Service event loop and the
+//! service worker (ensure and delete). The node-sync side is in `sync/node_sync.rs`, the
+//! finalizer writes in `patch.rs`; decisions come from [`super::plan`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccm_core::{CloudError, LoadBalancer};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::metrics::ServiceMetrics;
-use super::plan::{self, Decision, HostChange, HostKey, NodeSyncTimer};
+use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError, is_not_found};
+use super::plan::{self, Decision, HostKey};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
@@ -22,8 +23,9 @@ use crate::machinery::events::EventRecorder;
 use crate::machinery::informer::{Change, Subscription};
 use crate::machinery::workqueue::{Backoff, Outcome, WorkQueue};
 
-/// How often a write that hit a conflict is retried on a fresh read within one sync.
-const MAX_CONFLICT_ATTEMPTS: usize = 5;
+mod node_sync;
+
+use self::node_sync::{HostSet, node_events, node_sync_loop};
 
 /// What the controller remembers about one Service (by `namespace/name`), like Go's
 /// `serviceCache`. Guarded by a per-Service async lock that every cloud call for the Service
@@ -81,47 +83,12 @@ struct Reconciler {
     host_set: Mutex<Option<HostSet>>,
 }
 
-/// The eligible hosts at one generation of the Node informer, built once and shared by every
-/// load balancer synced while the Nodes do not change.
-///
-/// The provider takes the store's own `Arc<Node>`s (as Go passes `[]*v1.Node` from the
-/// informer cache), so a host set costs one pointer per host, never a copy of a Node: cloning
-/// every eligible Node for every `ensure_load_balancer`/`update_load_balancer` call cost
-/// 5 million Node clones (and 1.4 GB of resident memory) to ensure 1,000 load balancers over
-/// 5,000 Nodes (`docs/performance.md`, steady). The host keys every Service remembers are one
-/// shared `Arc<[HostKey]>` while the set is the same.
-#[derive(Clone)]
-struct HostSet {
-    generation: u64,
-    nodes: Arc<[Arc<Node>]>,
-    keys: Arc<[HostKey]>,
-}
-
 fn key_of(service: &Service) -> String {
     format!(
         "{}/{}",
         service.namespace().unwrap_or_default(),
         service.name_any()
     )
-}
-
-fn is_status(error: &kube::Error, codes: &[u16]) -> bool {
-    matches!(error, kube::Error::Api(s) if codes.contains(&s.code))
-}
-
-/// A conflict: 409, or 422 from a failed JSON-patch `test` of the resourceVersion.
-fn is_conflict(error: &kube::Error) -> bool {
-    is_status(error, &[409, 422])
-}
-
-fn is_not_found(error: &kube::Error) -> bool {
-    is_status(error, &[404])
-}
-
-fn json_patch(value: serde_json::Value) -> Result<Patch<()>, String> {
-    serde_json::from_value::<json_patch::Patch>(value)
-        .map(Patch::Json)
-        .map_err(|e| format!("building JSON patch: {e}"))
 }
 
 pub(super) async fn run(
@@ -227,72 +194,6 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
     }
 }
 
-/// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
-async fn node_events(
-    shared: Arc<Reconciler>,
-    mut changes: Subscription<Node>,
-    trigger: mpsc::UnboundedSender<HostChange>,
-) {
-    loop {
-        let change = tokio::select! {
-            () = shared.ctx.shutdown.cancelled() => return,
-            change = changes.recv() => change,
-        };
-        let Some(change) = change else { return };
-        let host_change = match &change {
-            Change::Applied { old, new } => plan::host_change(old.as_deref(), Some(new)),
-            Change::Deleted(gone) => plan::host_change(Some(gone), None),
-            Change::Resync => Some(HostChange::Removal),
-        };
-        if let Some(host_change) = host_change
-            && trigger.send(host_change).is_err()
-        {
-            return;
-        }
-    }
-}
-
-/// Runs one node-sync pass when the [`NodeSyncTimer`] says so: removals within
-/// `node_sync_window`, additions over a window widening up to `node_sync_max_window` while
-/// Nodes keep joining. A pass covers every change received before it (it reads the current
-/// node store).
-async fn node_sync_loop(
-    shared: Arc<Reconciler>,
-    mut triggers: mpsc::UnboundedReceiver<HostChange>,
-) {
-    let shutdown = shared.ctx.shutdown.clone();
-    let mut timer = NodeSyncTimer::new(
-        shared.config.node_sync_window,
-        shared.config.node_sync_max_window,
-    );
-    // In flight while a pass is pending or running (the test harness's `settled()` waits for it).
-    let mut busy = None;
-    loop {
-        let due = timer.due();
-        if due.is_some() {
-            busy.get_or_insert_with(|| shared.ctx.activity().begin());
-        } else {
-            busy = None;
-        }
-        tokio::select! {
-            biased;
-            // Pending node changes are dropped on shutdown: the next leader ensures every
-            // load balancer with the then-current hosts anyway.
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
-                timer.passed(tokio::time::Instant::now());
-                // Every change received so far is in the store the pass reads.
-                while triggers.try_recv().is_ok() {}
-                shared.node_sync_pass().await;
-            }
-            change = triggers.recv() => match change {
-                Some(change) => timer.change(change, tokio::time::Instant::now()),
-                None => return,
-            },
-        }
-    }
-}
-
 impl Reconciler {
     fn lb(&self) -> Option<&dyn LoadBalancer> {
         self.ctx.cloud.load_balancer()
@@ -334,35 +235,6 @@ impl Reconciler {
 
     fn api(&self, namespace: &str) -> Api<Service> {
         Api::namespaced(self.ctx.client.clone(), namespace)
-    }
-
-    /// The eligible hosts and their keys, rebuilt only when the Node store changed.
-    fn eligible_hosts(&self) -> HostSet {
-        // Read the generation before the store: a change landing in between makes the next
-        // call rebuild, never serves stale hosts under a newer generation.
-        let generation = self.ctx.nodes.generation();
-        let previous = self
-            .host_set
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(set) = previous.as_ref().filter(|s| s.generation == generation) {
-            return set.clone();
-        }
-        let hosts = plan::eligible_hosts(&self.ctx.nodes.list());
-        let keys = plan::host_keys(&hosts);
-        // Keep sharing the previous key list when only irrelevant fields of Nodes changed.
-        let keys: Arc<[HostKey]> = match previous {
-            Some(p) if *p.keys == *keys => p.keys,
-            _ => keys.into(),
-        };
-        let set = HostSet {
-            generation,
-            nodes: hosts.into(),
-            keys,
-        };
-        *self.host_set.lock().unwrap_or_else(|e| e.into_inner()) = Some(set.clone());
-        set
     }
 
     /// The service worker: one full sync of one Service key.
@@ -509,10 +381,12 @@ impl Reconciler {
         self.recorder
             .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer");
         // The finalizer goes on before anything exists in the cloud.
-        let service = match self.add_finalizer(service).await {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let service = match patch::add_finalizer(&api, service).await {
             Ok(s) => s,
-            Err(AddFinalizer::Step(step)) => return Err(step),
-            Err(AddFinalizer::Error(e)) => {
+            Err(WriteError::Gone) => return Err(Step::Gone),
+            Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
+            Err(WriteError::Failed(e)) => {
                 return Err(self.sync_failed(
                     service,
                     format!("failed to add load balancer cleanup finalizer: {e}"),
@@ -584,10 +458,12 @@ impl Reconciler {
                 ));
             }
         }
-        let gone = match self.remove_finalizer(service).await {
+        let api = self.api(&service.namespace().unwrap_or_default());
+        let gone = match patch::remove_finalizer(&api, service).await {
             Ok(gone) => gone,
-            Err(RemoveFinalizer::Step(step)) => return Err(step),
-            Err(RemoveFinalizer::Error(e)) => {
+            Err(WriteError::Gone) => return Err(Step::Gone),
+            Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
+            Err(WriteError::Failed(e)) => {
                 return Err(self.delete_failed(
                     service,
                     format!("failed to remove load balancer cleanup finalizer: {e}"),
@@ -636,232 +512,4 @@ impl Reconciler {
             )),
         }
     }
-
-    /// Adds the cleanup finalizer (JSON patch of the status subresource, as Go writes it, with
-    /// a resourceVersion `test`), retrying conflicts on a fresh GET. Returns the Service as
-    /// written.
-    async fn add_finalizer(&self, service: &Arc<Service>) -> Result<Arc<Service>, AddFinalizer> {
-        let api = self.api(&service.namespace().unwrap_or_default());
-        let name = service.name_any();
-        let mut current = service.clone();
-        for _ in 0..MAX_CONFLICT_ATTEMPTS {
-            let Some(patch) = plan::add_finalizer_patch(&current) else {
-                return Ok(current);
-            };
-            let patch = json_patch(patch).map_err(AddFinalizer::Error)?;
-            match api
-                .patch_status(&name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(updated) if plan::has_cleanup_finalizer(&updated) => {
-                    return Ok(Arc::new(updated));
-                }
-                Ok(_) => {
-                    return Err(AddFinalizer::Error(
-                        "the API server accepted the patch but did not keep the finalizer".into(),
-                    ));
-                }
-                Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
-                Err(e) if is_conflict(&e) => {
-                    let fresh = match api.get(&name).await {
-                        Ok(fresh) => Arc::new(fresh),
-                        Err(e) if is_not_found(&e) => return Err(AddFinalizer::Step(Step::Gone)),
-                        Err(e) => return Err(AddFinalizer::Error(e.to_string())),
-                    };
-                    if fresh.metadata.uid != service.metadata.uid
-                        || plan::decide(&fresh, true) != Decision::Ensure
-                    {
-                        return Err(AddFinalizer::Step(Step::Restart(fresh)));
-                    }
-                    current = fresh;
-                }
-                Err(e) => return Err(AddFinalizer::Error(e.to_string())),
-            }
-        }
-        Err(AddFinalizer::Error(format!(
-            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
-        )))
-    }
-
-    /// Removes the cleanup finalizer, retrying conflicts on a fresh GET. A Service that is gone
-    /// or no longer carries the finalizer is done. Returns whether the Service is gone: it no
-    /// longer exists, was replaced, or our write removed the last finalizer of a Service being
-    /// deleted (the API server then deletes it), so there is no status left to write.
-    async fn remove_finalizer(&self, service: &Arc<Service>) -> Result<bool, RemoveFinalizer> {
-        let api = self.api(&service.namespace().unwrap_or_default());
-        let name = service.name_any();
-        let mut current = service.clone();
-        for _ in 0..MAX_CONFLICT_ATTEMPTS {
-            let Some(patch) = plan::remove_finalizer_patch(&current) else {
-                return Ok(false);
-            };
-            let patch = json_patch(patch).map_err(RemoveFinalizer::Error)?;
-            match api
-                .patch_status(&name, &PatchParams::default(), &patch)
-                .await
-            {
-                Ok(updated) => {
-                    let deleted = plan::is_being_deleted(&updated)
-                        && updated
-                            .metadata
-                            .finalizers
-                            .as_ref()
-                            .is_none_or(Vec::is_empty);
-                    return Ok(deleted);
-                }
-                Err(e) if is_not_found(&e) => return Ok(true),
-                Err(e) if is_conflict(&e) => {
-                    let fresh = match api.get(&name).await {
-                        Ok(fresh) => Arc::new(fresh),
-                        Err(e) if is_not_found(&e) => return Ok(true),
-                        Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
-                    };
-                    if fresh.metadata.uid != service.metadata.uid {
-                        // The Service we cleaned up is gone; its successor is someone else's
-                        // business.
-                        return Ok(true);
-                    }
-                    if plan::decide(&fresh, true) == Decision::Ensure {
-                        // It wants a load balancer again: keep the finalizer and ensure.
-                        return Err(RemoveFinalizer::Step(Step::Restart(fresh)));
-                    }
-                    current = fresh;
-                }
-                Err(e) => return Err(RemoveFinalizer::Error(e.to_string())),
-            }
-        }
-        Err(RemoveFinalizer::Error(format!(
-            "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
-        )))
-    }
-
-    /// One node-sync pass: every load balancer whose eligible host set changed gets one
-    /// `update_load_balancer`, on `workers` parallel workers.
-    async fn node_sync_pass(self: &Arc<Self>) {
-        let started = Instant::now();
-        let keys = self.entry_keys();
-        futures::stream::iter(keys)
-            .for_each_concurrent(self.config.workers, |key| {
-                let shared = self.clone();
-                async move { shared.sync_hosts(&key).await }
-            })
-            .await;
-        ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
-    }
-
-    /// Go's `nodeSyncService` + `lockedUpdateLoadBalancerHosts` for one Service.
-    async fn sync_hosts(&self, key: &str) {
-        let Some(entry) = self.entries().get(key).cloned() else {
-            return;
-        };
-        {
-            let mut entry = entry.lock().await;
-            self.sync_hosts_locked(key, &mut entry).await;
-        }
-        drop(entry);
-        self.release(key);
-    }
-
-    async fn sync_hosts_locked(&self, key: &str, entry: &mut Entry) {
-        let (Some(handled), Some(last)) = (entry.handled.clone(), entry.last_hosts.clone()) else {
-            return;
-        };
-        if entry.retry_not_before.is_some_and(|t| Instant::now() < t) {
-            // A full sync is queued for when the provider asked to be called again.
-            return;
-        }
-        let Some((namespace, name)) = key.split_once('/') else {
-            return;
-        };
-        // The freshest copy; anything but "same Service, still wanting a load balancer" is
-        // the service worker's business.
-        let Some(service) = self.ctx.services.get_namespaced(namespace, name) else {
-            return;
-        };
-        if service.metadata.uid != handled.metadata.uid
-            || !plan::wants_load_balancer(&service)
-            || plan::is_being_deleted(&service)
-        {
-            return;
-        }
-        let Some(lb) = self.lb() else { return };
-        let host_set = self.eligible_hosts();
-        if Arc::ptr_eq(&last, &host_set.keys)
-            || plan::nodes_sufficiently_equal(&last, &host_set.keys)
-        {
-            return;
-        }
-        let hosts: &[Arc<Node>] = &host_set.nodes;
-        let keys = host_set.keys.clone();
-        entry.last_hosts = Some(keys.clone());
-        self.metrics.loadbalancer_sync.inc();
-        let started = Instant::now();
-        let result = lb
-            .update_load_balancer(self.cluster(), &service, hosts)
-            .await;
-        ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
-        let error = match result {
-            Ok(()) => {
-                if hosts.is_empty() {
-                    self.recorder.warning(
-                        &*service,
-                        "UnAvailableLoadBalancer",
-                        "There are no available nodes for LoadBalancer",
-                    );
-                } else {
-                    self.recorder.normal(
-                        &*service,
-                        "UpdatedLoadBalancer",
-                        "Updated load balancer with new hosts",
-                    );
-                }
-                return;
-            }
-            Err(CloudError::ImplementedElsewhere) => return,
-            Err(CloudError::Retry { after, .. }) => {
-                // Retried as a full ensure (which passes the then-current hosts) after exactly
-                // the provider's delay.
-                self.metrics.nodesync_error.inc();
-                entry.last_hosts = Some(last);
-                entry.retry_not_before = Some(Instant::now() + after);
-                self.queue.add_after(key.to_owned(), after);
-                return;
-            }
-            Err(error) => error,
-        };
-        // It is only an error if the load balancer still exists.
-        match lb.get_load_balancer(self.cluster(), &service).await {
-            Ok(None) => return,
-            Ok(Some(_)) => {}
-            Err(CloudError::Retry { after, .. }) => {
-                self.metrics.nodesync_error.inc();
-                entry.last_hosts = Some(last);
-                entry.retry_not_before = Some(Instant::now() + after);
-                self.queue.add_after(key.to_owned(), after);
-                return;
-            }
-            Err(get_error) => {
-                tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
-            }
-        }
-        self.metrics.nodesync_error.inc();
-        tracing::warn!(controller = NAME, %key, %error, "failed to update load balancer hosts; falling back to a full ensure");
-        self.recorder.warning(
-            &*service,
-            "UpdateLoadBalancerFailed",
-            plan::update_failed_note(&keys, &error.to_string()),
-        );
-        // Falls back to a full ensure of this Service, at once (not rate limited), as Go does.
-        self.queue.add(key.to_owned());
-    }
-}
-
-enum AddFinalizer {
-    Step(Step),
-    Error(String),
-}
-
-enum RemoveFinalizer {
-    Step(Step),
-    Error(String),
 }

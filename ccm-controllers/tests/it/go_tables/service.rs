@@ -54,8 +54,13 @@ async fn service_table() {
             writes: vec![
                 write(
                     "patch services/status web",
+                    // Guarded by what the decision read, never the resourceVersion.
                     json!([
-                        {"op": "test", "path": "/metadata/resourceVersion", "value": "<rv>"},
+                        {"op": "test", "path": "/metadata/uid", "value": "<uid>"},
+                        {"op": "test", "path": "/metadata/deletionTimestamp", "value": null},
+                        {"op": "test", "path": "/spec/type", "value": "LoadBalancer"},
+                        {"op": "test", "path": "/spec/loadBalancerClass", "value": null},
+                        {"op": "test", "path": "/metadata/finalizers", "value": null},
                         {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]},
                     ]),
                 ),
@@ -79,7 +84,7 @@ async fn service_table() {
             writes: vec![write(
                 "patch services/status web",
                 json!([
-                    {"op": "test", "path": "/metadata/resourceVersion", "value": "<rv>"},
+                    {"op": "test", "path": "/metadata/uid", "value": "<uid>"},
                     {"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER_LOAD_BALANCER_CLEANUP},
                     {"op": "remove", "path": "/metadata/finalizers/0"},
                 ]),
@@ -123,7 +128,7 @@ async fn service_table() {
             )
             .await;
         let created = cluster.create(&case.service).await;
-        let mut rv = created.metadata.resource_version.clone().unwrap();
+        let uid = created.metadata.uid.clone().unwrap();
         if case.deleted {
             // The load balancer made before the Service was deleted.
             let lb = cloud.load_balancer().unwrap();
@@ -136,13 +141,6 @@ async fn service_table() {
                 .delete("web", &DeleteParams::default())
                 .await
                 .unwrap();
-            rv = services
-                .get("web")
-                .await
-                .unwrap()
-                .metadata
-                .resource_version
-                .unwrap();
         }
         server.clear_requests();
         let harness = ControllerHarness::builder(&cluster, cloud.provider())
@@ -151,7 +149,7 @@ async fn service_table() {
             .await;
         harness.settled().await;
         harness.stop().await.unwrap();
-        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[(&rv, "<rv>")]));
+        let (calls, writes) = (cloud_calls(&cloud), writes(server, &[(&uid, "<uid>")]));
         dump(case.name, &calls, &writes);
         case.calls.check(case.name, &calls);
         assert_eq!(writes, case.writes, "case {}: API writes", case.name);
