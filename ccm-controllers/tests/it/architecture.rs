@@ -259,3 +259,48 @@ fn ccm_core_has_no_runtime_dependency() {
         );
     }
 }
+
+/// What a file over [`MAX_FILE_LINES`] must say, in a comment, to be allowed: why it is long.
+const LONG_FILE_REASON: &str = "Longer than 800 lines:";
+/// The size a source file stays under (ARCHITECTURE.md, rule 7).
+const MAX_FILE_LINES: usize = 800;
+
+#[test]
+fn no_source_file_is_over_800_lines_unless_it_says_why() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for dir in [
+        "ccm-core",
+        "ccm-controllers",
+        "ccm-testing",
+        "examples",
+        "tests",
+    ] {
+        let dir = root.join(dir);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        }
+    }
+    // Build output of the vendor template or of an example run from its own folder.
+    files.retain(|f| !f.components().any(|c| c.as_os_str() == "target"));
+    assert!(files.len() > 100, "found only {} .rs files", files.len());
+    let too_long: Vec<String> = files
+        .iter()
+        .filter_map(|file| {
+            let text = std::fs::read_to_string(file).expect("read a source file");
+            let lines = text.lines().count();
+            let says_why = text
+                .lines()
+                .any(|l| l.trim_start().starts_with("//") && l.contains(LONG_FILE_REASON));
+            (lines > MAX_FILE_LINES && !says_why).then(|| {
+                let relative = file.strip_prefix(&root).unwrap_or(file);
+                format!("{} ({lines} lines)", relative.display())
+            })
+        })
+        .collect();
+    assert!(
+        too_long.is_empty(),
+        "split these files by concern, or say why in a comment containing {LONG_FILE_REASON:?}:\n{}",
+        too_long.join("\n")
+    );
+}

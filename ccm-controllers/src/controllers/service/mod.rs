@@ -59,6 +59,7 @@
 //!   a round trip. A failed test is retried on a fresh GET (`services get`, which Go's
 //!   unguarded strategic-merge patch does not need).
 
+mod cloud;
 pub(crate) mod metrics;
 mod patch;
 pub mod plan;

@@ -1,6 +1,7 @@
 //! The service controller's writes to Services: the cleanup finalizer, added and removed with
 //! JSON patches of the `status` subresource guarded by `test`s of exactly what the decision
-//! read ([`plan::add_finalizer_patch`], [`plan::remove_finalizer_patch`]).
+//! read ([`plan::add_finalizer_patch`], [`plan::remove_finalizer_patch`]), and the load
+//! balancer's ingress in `status.loadBalancer` ([`write_status`]).
 //!
 //! Why the status subresource: Go writes finalizers there too (`PatchService`), so the same
 //! RBAC (`services/status` patch) works. Why not a `test` of `metadata.resourceVersion`:
@@ -11,7 +12,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
@@ -165,6 +166,31 @@ pub(super) async fn remove_finalizer(
     Err(WriteError::Failed(format!(
         "conflict persisted after {MAX_CONFLICT_ATTEMPTS} attempts"
     )))
+}
+
+/// Writes `status.loadBalancer.ingress` with a merge patch of the status subresource when it
+/// differs from `status` ([`plan::status_patch`]; no write when it does not). A Service that no
+/// longer exists is not an error.
+pub(super) async fn write_status(
+    api: &Api<Service>,
+    service: &Service,
+    status: &LoadBalancerStatus,
+) -> Result<(), kube::Error> {
+    let Some(body) = plan::status_patch(service, status) else {
+        return Ok(());
+    };
+    match api
+        .patch_status(
+            &service.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

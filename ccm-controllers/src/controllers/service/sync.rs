@@ -1,6 +1,7 @@
 //! The async shell of the service controller: the run loop, the Service event loop and the
 //! service worker (ensure and delete). The node-sync side is in `sync/node_sync.rs`, the
-//! finalizer writes in `patch.rs`; decisions come from [`super::plan`].
+//! finalizer and status writes in `patch.rs`, the cloud calls in `cloud.rs`; decisions come
+//! from [`super::plan`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,12 +10,13 @@ use std::time::{Duration, Instant};
 use ccm_core::{CloudError, LoadBalancer};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::cloud::{self, CallError};
 use super::metrics::ServiceMetrics;
-use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError, is_not_found};
+use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError};
 use super::plan::{self, Decision, HostKey};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::context::ControllerContext;
@@ -287,13 +289,10 @@ impl Reconciler {
         };
         self.recorder
             .normal(service, "DeletingLoadBalancer", "Deleting load balancer");
-        match lb
-            .ensure_load_balancer_deleted(self.cluster(), service)
-            .await
-        {
-            Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
-            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
-            Err(error) => {
+        match cloud::delete(lb, self.cluster(), service).await {
+            Ok(()) | Err(CallError::Elsewhere) => {}
+            Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+            Err(CallError::Failed(error)) => {
                 self.recorder.warning(
                     service,
                     "DeleteLoadBalancerFailed",
@@ -405,17 +404,14 @@ impl Reconciler {
         // Remembered before the call, as Go does: a node sync compares against what the cloud
         // was last asked for.
         entry.last_hosts = Some(host_set.keys.clone());
-        let status = match lb
-            .ensure_load_balancer(self.cluster(), &service, hosts)
-            .await
-        {
+        let status = match cloud::ensure(lb, self.cluster(), &service, hosts).await {
             Ok(status) => status,
-            Err(CloudError::ImplementedElsewhere) => {
+            Err(CallError::Elsewhere) => {
                 tracing::debug!(controller = NAME, service = %key_of(&service), "load balancer implemented elsewhere");
                 return Ok(());
             }
-            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
-            Err(error) => {
+            Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+            Err(CallError::Failed(error)) => {
                 return Err(
                     self.sync_failed(&service, format!("failed to ensure load balancer: {error}"))
                 );
@@ -431,18 +427,15 @@ impl Reconciler {
         let Some(lb) = self.lb() else {
             return Err(Step::Failed);
         };
-        match lb.get_load_balancer(self.cluster(), service).await {
-            Ok(None) => {}
-            Ok(Some(_)) => {
+        match cloud::exists(lb, self.cluster(), service).await {
+            Ok(false) => {}
+            Ok(true) => {
                 self.recorder
                     .normal(&**service, "DeletingLoadBalancer", "Deleting load balancer");
-                match lb
-                    .ensure_load_balancer_deleted(self.cluster(), service)
-                    .await
-                {
-                    Ok(()) | Err(CloudError::ImplementedElsewhere) => {}
-                    Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
-                    Err(error) => {
+                match cloud::delete(lb, self.cluster(), service).await {
+                    Ok(()) | Err(CallError::Elsewhere) => {}
+                    Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+                    Err(CallError::Failed(error)) => {
                         return Err(self.delete_failed(
                             service,
                             format!("failed to delete load balancer: {error}"),
@@ -450,8 +443,17 @@ impl Reconciler {
                     }
                 }
             }
-            Err(CloudError::Retry { after, .. }) => return Err(Step::Retry(after)),
-            Err(error) => {
+            Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+            Err(CallError::Elsewhere) => {
+                return Err(self.delete_failed(
+                    service,
+                    format!(
+                        "failed to check if load balancer exists before cleanup: {}",
+                        CloudError::ImplementedElsewhere
+                    ),
+                ));
+            }
+            Err(CallError::Failed(error)) => {
                 return Err(self.delete_failed(
                     service,
                     format!("failed to check if load balancer exists before cleanup: {error}"),
@@ -492,20 +494,9 @@ impl Reconciler {
         service: &Service,
         status: &LoadBalancerStatus,
     ) -> Result<(), Step> {
-        let Some(body) = plan::status_patch(service, status) else {
-            return Ok(());
-        };
         let api = self.api(&service.namespace().unwrap_or_default());
-        match api
-            .patch_status(
-                &service.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(body),
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
+        match patch::write_status(&api, service, status).await {
+            Ok(()) => Ok(()),
             Err(e) => Err(self.sync_failed(
                 service,
                 format!("failed to update load balancer status: {e}"),

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::{Entry, Reconciler};
 use crate::controllers::service::NAME;
+use crate::controllers::service::cloud::{self, CallError};
 use crate::controllers::service::metrics::ServiceMetrics;
 use crate::controllers::service::plan::{self, HostChange, HostKey, NodeSyncTimer};
 use crate::machinery::informer::{Change, Subscription};
@@ -189,9 +190,7 @@ impl Reconciler {
         entry.last_hosts = Some(keys.clone());
         self.metrics.loadbalancer_sync.inc();
         let started = Instant::now();
-        let result = lb
-            .update_load_balancer(self.cluster(), &service, hosts)
-            .await;
+        let result = cloud::update(lb, self.cluster(), &service, hosts).await;
         ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
         let error = match result {
             Ok(()) => {
@@ -210,8 +209,8 @@ impl Reconciler {
                 }
                 return;
             }
-            Err(CloudError::ImplementedElsewhere) => return,
-            Err(CloudError::Retry { after, .. }) => {
+            Err(CallError::Elsewhere) => return,
+            Err(CallError::Retry(after)) => {
                 // Retried as a full ensure (which passes the then-current hosts) after exactly
                 // the provider's delay.
                 self.metrics.nodesync_error.inc();
@@ -220,20 +219,24 @@ impl Reconciler {
                 self.queue.add_after(key.to_owned(), after);
                 return;
             }
-            Err(error) => error,
+            Err(CallError::Failed(error)) => error,
         };
         // It is only an error if the load balancer still exists.
-        match lb.get_load_balancer(self.cluster(), &service).await {
-            Ok(None) => return,
-            Ok(Some(_)) => {}
-            Err(CloudError::Retry { after, .. }) => {
+        match cloud::exists(lb, self.cluster(), &service).await {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(CallError::Retry(after)) => {
                 self.metrics.nodesync_error.inc();
                 entry.last_hosts = Some(last);
                 entry.retry_not_before = Some(Instant::now() + after);
                 self.queue.add_after(key.to_owned(), after);
                 return;
             }
-            Err(get_error) => {
+            Err(CallError::Elsewhere) => {
+                let get_error = CloudError::ImplementedElsewhere;
+                tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
+            }
+            Err(CallError::Failed(get_error)) => {
                 tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
             }
         }
