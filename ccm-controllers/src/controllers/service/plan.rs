@@ -575,10 +575,12 @@ pub fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
 /// What a Node change does to the load balancers' host sets, for the node-sync timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HostChange {
-    /// A host may join (a Node added, or become eligible): batched over a widening window.
+    /// A host may join (a Node added, become eligible, or given its first providerID):
+    /// batched over a widening window.
     Addition,
     /// A host may leave or change identity (a Node deleted, excluded, tainted for deletion,
-    /// no longer eligible, its providerID changed; or the subscriber missed changes): synced
+    /// no longer eligible, its providerID changed from one value to another or removed; or the
+    /// subscriber missed changes): synced
     /// within the base window, as every change was before.
     Removal,
 }
@@ -593,10 +595,13 @@ pub fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange>
         (Some(old), Some(new)) => {
             if !node_update_needs_sync(old, new) {
                 None
-            } else if provider_id(old) == provider_id(new)
-                && !is_eligible_host(old)
-                && is_eligible_host(new)
+            } else if is_eligible_host(new)
+                && (!is_eligible_host(old) || provider_id(old).is_empty())
             {
+                // Not a host before, or a host without an identity that now gets its first
+                // providerID (cloud-node initialising a Node that just registered): nothing
+                // leaves any load balancer, so it waits for the addition window. Classed as a
+                // removal, every joining Node started its own pass within the base window.
                 Some(HostChange::Addition)
             } else {
                 Some(HostChange::Removal)

@@ -425,6 +425,46 @@ fn node_updates_trigger_only_on_eligibility_or_provider_id() {
 }
 
 #[test]
+fn host_changes_are_additions_only_when_nothing_can_leave() {
+    let named = node("a");
+    let mut registered = named.clone();
+    registered.spec.as_mut().unwrap().provider_id = None;
+    // Added, or given its first providerID by cloud-node: an addition.
+    assert_eq!(
+        host_change(None, Some(&registered)),
+        Some(HostChange::Addition)
+    );
+    assert_eq!(
+        host_change(Some(&registered), Some(&named)),
+        Some(HostChange::Addition)
+    );
+    // Excluded, then included again: an addition.
+    let excluded = labelled(named.clone(), "true");
+    assert_eq!(
+        host_change(Some(&excluded), Some(&named)),
+        Some(HostChange::Addition)
+    );
+    // Leaving, or changing its identity: a removal.
+    assert_eq!(
+        host_change(Some(&named), Some(&excluded)),
+        Some(HostChange::Removal)
+    );
+    let mut moved = named.clone();
+    moved.spec.as_mut().unwrap().provider_id = Some("fake://other".into());
+    assert_eq!(
+        host_change(Some(&named), Some(&moved)),
+        Some(HostChange::Removal)
+    );
+    assert_eq!(
+        host_change(Some(&named), Some(&registered)),
+        Some(HostChange::Removal)
+    );
+    assert_eq!(host_change(Some(&named), None), Some(HostChange::Removal));
+    // Nothing a load balancer sees: no change.
+    assert_eq!(host_change(Some(&named), Some(&named)), None);
+}
+
+#[test]
 fn nodes_sufficiently_equal_compares_names_and_provider_ids() {
     let a = vec![key("a", "p1"), key("b", "p2")];
     assert!(nodes_sufficiently_equal(&a, &a));
