@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ccm_controllers::ControllerError;
-use ccm_controllers::controllers::service::{ServiceConfig, plan};
+use ccm_controllers::controllers::service::ServiceConfig;
 use ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
 use ccm_testing::TestCluster;
 use ccm_testing::builders::load_balancer_service;

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use ccm_controllers::controllers::service::plan;
 use ccm_testing::TestCluster;
 use ccm_testing::builders::load_balancer_service;
 use ccm_testing::fake_cloud::{FakeCloud, Fault};

@@ -21,14 +21,14 @@
 //! - Pod CIDRs are compared as networks, not strings, so a provider listing `fd00:0::/64` for
 //!   `fd00::/64` causes no churn.
 //!
-//! The planner ([`plan`]) is pure; this module is the shell that lists routes, calls the
+//! The planner (`plan`) is pure; this module is the shell that lists routes, calls the
 //! cloud (at most [`RouteConfig::max_concurrent_operations`] create/delete calls in flight, Go's
 //! 200), emits events and writes conditions.
 
 mod cloud;
 mod metrics;
 mod patch;
-pub mod plan;
+pub(crate) mod plan;
 mod sync;
 
 use std::collections::{HashMap, HashSet};

@@ -13,15 +13,15 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// The Node condition type the route controller owns.
-pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+pub(crate) const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// Reason when every pod CIDR of the Node has its route.
-pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
+pub(crate) const REASON_ROUTE_CREATED: &str = "RouteCreated";
 /// Reason when a pod CIDR of the Node has no route (or the Node has routes but no pod CIDRs).
-pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+pub(crate) const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
 /// Message with [`REASON_ROUTE_CREATED`] (Go's text).
-pub const MESSAGE_ROUTE_CREATED: &str = "RouteController created a route";
+pub(crate) const MESSAGE_ROUTE_CREATED: &str = "RouteController created a route";
 /// Message with [`REASON_NO_ROUTE_CREATED`] (Go's text).
-pub const MESSAGE_NO_ROUTE_CREATED: &str = "RouteController failed to create a route";
+pub(crate) const MESSAGE_NO_ROUTE_CREATED: &str = "RouteController failed to create a route";
 
 /// Parses `--cluster-cidr`: one CIDR, or a comma-separated dual-stack pair (one IPv4 and one
 /// IPv6 CIDR). More than two CIDRs, or two of one family, is an error. The error text names
@@ -74,31 +74,31 @@ pub fn validate_cluster_cidrs(cidrs: &[IpNet]) -> Result<(), String> {
 
 /// The current `NetworkUnavailable` condition of a Node, as far as the planner cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CurrentCondition {
+pub(crate) struct CurrentCondition {
     /// `True`, `False` or `Unknown`.
-    pub status: String,
+    pub(crate) status: String,
     /// The condition's reason (may be empty).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// What the planner needs to know about one Node.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct NodeInfo {
+pub(crate) struct NodeInfo {
     /// `metadata.name`.
-    pub name: String,
+    pub(crate) name: String,
     /// `metadata.uid`, passed as the route's name hint.
-    pub uid: String,
+    pub(crate) uid: String,
     /// `spec.podCIDRs` (falling back to `spec.podCIDR`).
-    pub pod_cidrs: Vec<String>,
+    pub(crate) pod_cidrs: Vec<String>,
     /// `status.addresses`.
-    pub addresses: Vec<NodeAddress>,
+    pub(crate) addresses: Vec<NodeAddress>,
     /// The Node's current `NetworkUnavailable` condition.
-    pub network_unavailable: Option<CurrentCondition>,
+    pub(crate) network_unavailable: Option<CurrentCondition>,
 }
 
 impl NodeInfo {
     /// Extracts what the planner needs from a Node.
-    pub fn from_node(node: &Node) -> Self {
+    pub(crate) fn from_node(node: &Node) -> Self {
         let spec = node.spec.as_ref();
         let mut pod_cidrs: Vec<String> = spec
             .and_then(|s| s.pod_cidrs.clone())
@@ -132,7 +132,7 @@ impl NodeInfo {
 
 /// What happens to one pod CIDR of a Node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RouteAction {
+pub(crate) enum RouteAction {
     /// A route exists and is up to date.
     Keep,
     /// No route exists: create one.
@@ -144,16 +144,16 @@ pub enum RouteAction {
 
 /// A route to create.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RouteCreate {
+pub(crate) struct RouteCreate {
     /// The name hint passed to the provider: the Node's UID.
-    pub name_hint: String,
+    pub(crate) name_hint: String,
     /// The route (target node, its addresses, destination CIDR; no name).
-    pub route: Route,
+    pub(crate) route: Route,
 }
 
 impl RouteCreate {
     /// The (node, CIDR) key of this route.
-    pub fn key(&self) -> RouteKey {
+    pub(crate) fn key(&self) -> RouteKey {
         RouteKey::new(&self.route.target_node, &self.route.destination_cidr)
     }
 }
@@ -161,16 +161,16 @@ impl RouteCreate {
 /// Identifies one pod CIDR of one Node. The CIDR is normalised (a parsable CIDR is written
 /// in its canonical form) so that `fd00:0:0::/64` and `fd00::/64` are the same key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RouteKey {
+pub(crate) struct RouteKey {
     /// The Node's name.
-    pub node: String,
+    pub(crate) node: String,
     /// The normalised destination CIDR.
-    pub cidr: String,
+    pub(crate) cidr: String,
 }
 
 impl RouteKey {
     /// The key for `node` and `cidr` (normalised).
-    pub fn new(node: &str, cidr: &str) -> Self {
+    pub(crate) fn new(node: &str, cidr: &str) -> Self {
         RouteKey {
             node: node.to_owned(),
             cidr: normalize_cidr(cidr),
@@ -181,7 +181,7 @@ impl RouteKey {
 /// Canonical text of a CIDR when it parses (Go compares the strings; comparing the parsed
 /// networks avoids deleting and re-creating a route a provider lists in another spelling),
 /// the text itself otherwise.
-pub fn normalize_cidr(cidr: &str) -> String {
+pub(crate) fn normalize_cidr(cidr: &str) -> String {
     match cidr.trim().parse::<IpNet>() {
         Ok(net) => net.to_string(),
         Err(_) => cidr.to_owned(),
@@ -190,51 +190,51 @@ pub fn normalize_cidr(cidr: &str) -> String {
 
 /// The per-Node part of a plan: every pod CIDR and its action.
 #[derive(Clone, Debug, PartialEq)]
-pub struct NodePlan {
+pub(crate) struct NodePlan {
     /// The Node's UID.
-    pub uid: String,
+    pub(crate) uid: String,
     /// Action per (normalised) pod CIDR. Empty for a Node that has routes but no pod CIDRs.
-    pub cidrs: BTreeMap<String, RouteAction>,
+    pub(crate) cidrs: BTreeMap<String, RouteAction>,
     /// The Node's `NetworkUnavailable` condition before this reconcile.
-    pub current: Option<CurrentCondition>,
+    pub(crate) current: Option<CurrentCondition>,
 }
 
 /// The outcome of planning one reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RoutePlan {
+pub(crate) struct RoutePlan {
     /// Routes to delete (as the provider listed them).
-    pub deletes: Vec<Route>,
+    pub(crate) deletes: Vec<Route>,
     /// Routes to create.
-    pub creates: Vec<RouteCreate>,
+    pub(crate) creates: Vec<RouteCreate>,
     /// True when every delete must finish before the first create starts: the first listed
     /// route has `enable_node_addresses` (so an update is a delete then a create), as in Go,
     /// or a create replaces a route being deleted for the same node and CIDR (a blackhole).
-    pub deletes_before_creates: bool,
+    pub(crate) deletes_before_creates: bool,
     /// Nodes that get a `NetworkUnavailable` condition, by name: those with pod CIDRs and
     /// those with routes but no pod CIDRs.
-    pub nodes: BTreeMap<String, NodePlan>,
+    pub(crate) nodes: BTreeMap<String, NodePlan>,
 }
 
 /// The `NetworkUnavailable` condition the controller wants on a Node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DesiredCondition {
+pub(crate) struct DesiredCondition {
     /// `"True"` or `"False"`.
-    pub status: &'static str,
+    pub(crate) status: &'static str,
     /// [`REASON_ROUTE_CREATED`] or [`REASON_NO_ROUTE_CREATED`].
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// The matching message.
-    pub message: &'static str,
+    pub(crate) message: &'static str,
 }
 
 impl DesiredCondition {
     /// `False` / `RouteCreated`: every pod CIDR has its route.
-    pub const ROUTE_CREATED: DesiredCondition = DesiredCondition {
+    pub(crate) const ROUTE_CREATED: DesiredCondition = DesiredCondition {
         status: "False",
         reason: REASON_ROUTE_CREATED,
         message: MESSAGE_ROUTE_CREATED,
     };
     /// `True` / `NoRouteCreated`.
-    pub const NO_ROUTE_CREATED: DesiredCondition = DesiredCondition {
+    pub(crate) const NO_ROUTE_CREATED: DesiredCondition = DesiredCondition {
         status: "True",
         reason: REASON_NO_ROUTE_CREATED,
         message: MESSAGE_NO_ROUTE_CREATED,
@@ -242,7 +242,7 @@ impl DesiredCondition {
 
     /// Whether a Node whose condition is `current` needs this one written: skipped when the
     /// status **and** the reason are already the same (§5.3 step 6).
-    pub fn differs_from(&self, current: Option<&CurrentCondition>) -> bool {
+    pub(crate) fn differs_from(&self, current: Option<&CurrentCondition>) -> bool {
         match current {
             Some(c) => c.status != self.status || c.reason != self.reason,
             None => true,
@@ -270,7 +270,7 @@ impl DesiredCondition {
 ///   on a fresh read. A write to anything else (kubelet's heartbeats of its own conditions,
 ///   labels) fails no test; a `resourceVersion` precondition, which every such write breaks,
 ///   made those cost a conflict and a round trip.
-pub fn condition_patch(
+pub(crate) fn condition_patch(
     node: &Node,
     desired: &DesiredCondition,
     now: &Time,
@@ -320,7 +320,7 @@ pub fn condition_patch(
 
 /// Whether the controller is responsible for a route: its destination CIDR parses and its
 /// first or last address lies inside one of the cluster CIDRs (Go's `isResponsibleForRoute`).
-pub fn is_responsible(cluster_cidrs: &[IpNet], route: &Route) -> bool {
+pub(crate) fn is_responsible(cluster_cidrs: &[IpNet], route: &Route) -> bool {
     let Ok(net) = route.destination_cidr.trim().parse::<IpNet>() else {
         return false;
     };
@@ -333,7 +333,7 @@ pub fn is_responsible(cluster_cidrs: &[IpNet], route: &Route) -> bool {
 }
 
 /// Go's `equalNodeAddrs`: the same length and every address of one list is in the other.
-pub fn equal_node_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
+pub(crate) fn equal_node_addresses(a: &[NodeAddress], b: &[NodeAddress]) -> bool {
     a.len() == b.len() && a.iter().all(|x| b.contains(x)) && b.iter().all(|x| a.contains(x))
 }
 
@@ -359,7 +359,7 @@ fn route_action(routes: &[&Route], cidr: &str, addresses: &[NodeAddress]) -> Rou
 }
 
 /// Plans one reconcile (reference §5.3 steps 2–5).
-pub fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]) -> RoutePlan {
+pub(crate) fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]) -> RoutePlan {
     // Step 2: index existing routes by target node; an empty target matches no node.
     let mut by_node: HashMap<&str, Vec<&Route>> = HashMap::new();
     for route in routes {
@@ -454,7 +454,7 @@ pub fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]) -> Ro
 
 /// The condition each planned Node gets once the creates ran, given which creates failed
 /// (§5.3 step 6), for the Nodes whose current condition differs (status or reason).
-pub fn condition_updates(
+pub(crate) fn condition_updates(
     plan: &RoutePlan,
     failed_creates: &HashSet<RouteKey>,
 ) -> Vec<(String, DesiredCondition)> {
@@ -477,7 +477,7 @@ pub fn condition_updates(
 /// The condition for a Node whose pod CIDRs are routed (`true`) or not (`false`): all routed
 /// → `False`/`RouteCreated`; none known (routes but no pod CIDRs) or one missing →
 /// `True`/`NoRouteCreated`.
-pub fn desired_condition(routed: impl IntoIterator<Item = bool>) -> DesiredCondition {
+pub(crate) fn desired_condition(routed: impl IntoIterator<Item = bool>) -> DesiredCondition {
     let mut any = false;
     for ok in routed {
         if !ok {

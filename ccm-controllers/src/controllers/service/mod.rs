@@ -8,11 +8,11 @@
 //! # How it works
 //!
 //! - **Service queue** (`service`, backoff 5 s → 300 s): Service adds, relevant updates
-//!   ([`plan::needs_update`]), pending cleanups and deletions are queued by `namespace/name`.
-//!   A worker [decides](plan::decide) per Service:
+//!   (`plan::update_trigger`), pending cleanups and deletions are queued by `namespace/name`.
+//!   A worker decides (`plan::decide`) per Service:
 //!   - *ensure*: event `EnsuringLoadBalancer`; the finalizer
 //!     `service.kubernetes.io/load-balancer-cleanup` is added **before** anything is created in
-//!     the cloud; `ensure_load_balancer` with the eligible hosts (§4.5, [`plan::eligible_hosts`];
+//!     the cloud; `ensure_load_balancer` with the eligible hosts (§4.5, `plan::eligible_hosts`;
 //!     0 hosts → Warning `UnAvailableLoadBalancer`, ensure still called); event
 //!     `EnsuredLoadBalancer`; `status.loadBalancer.ingress` is written through the status
 //!     subresource only when it changed.
@@ -24,13 +24,13 @@
 //!     deleted; a Service that vanished while the controller had a record of its load balancer
 //!     (e.g. its finalizer was removed by hand) has it deleted too.
 //! - **Node sync**: Node adds, deletes and updates that change load-balancer eligibility or
-//!   `spec.providerID` ([`plan::node_update_needs_sync`]) are coalesced: a pass runs once no
+//!   `spec.providerID` (`plan::node_update_needs_sync`) are coalesced: a pass runs once no
 //!   change arrived for [`ServiceConfig::node_sync_window`] (at the latest five windows after
 //!   the first change of a burst), and every change until then joins that one pass. Additions
 //!   alone wait for a window that widens up to [`ServiceConfig::node_sync_max_window`] while
-//!   Nodes keep joining ([`plan::NodeSyncTimer`]). A pass
+//!   Nodes keep joining (`plan::NodeSyncTimer`). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
-//!   ([`plan::nodes_sufficiently_equal`]) exactly one `update_load_balancer`, on
+//!   (`plan::nodes_sufficiently_equal`) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers. A failed update emits
 //!   `UpdateLoadBalancerFailed` and falls back to a full ensure of that Service.
 //! - **Per-load-balancer ordering**: the service worker and the node-sync pass take the same
@@ -49,7 +49,7 @@
 //!   label), so autoscaler-tainted Nodes leave load balancers at once.
 //! - A Service with our finalizer but a `loadBalancerClass` is cleaned up; a Service that lacks
 //!   the finalizer and was never handled is not sent to the cloud on deletion or type change
-//!   (see [`plan::decide`]); a Service that vanished while handled is cleaned up even if it no
+//!   (see `plan::decide`); a Service that vanished while handled is cleaned up even if it no
 //!   longer wanted a load balancer when last seen.
 //! - Failures of the delete path (get, delete, finalizer removal) emit
 //!   `DeleteLoadBalancerFailed` (Go: `SyncLoadBalancerFailed` on the finalizer path).
@@ -62,7 +62,7 @@
 mod cloud;
 pub(crate) mod metrics;
 mod patch;
-pub mod plan;
+pub(crate) mod plan;
 mod sync;
 
 use std::time::Duration;
@@ -119,7 +119,7 @@ pub struct ServiceConfig {
     pub node_sync_window: Duration,
     /// `--node-sync-max-window`: while Nodes keep joining (an addition within this long of the
     /// last pass that carried additions), the window for additions doubles from
-    /// `node_sync_window` up to this (see [`plan::NodeSyncTimer`]), so a trickle of joins
+    /// `node_sync_window` up to this (see `plan::NodeSyncTimer`), so a trickle of joins
     /// costs each load balancer one update per window, not one per Node; removals still go out
     /// within `node_sync_window`. Default [`DEFAULT_NODE_SYNC_MAX_WINDOW`]; a value below
     /// `node_sync_window` means no widening.

@@ -19,21 +19,21 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 /// `spec.type` of the Services this controller handles.
-pub const TYPE_LOAD_BALANCER: &str = "LoadBalancer";
+pub(crate) const TYPE_LOAD_BALANCER: &str = "LoadBalancer";
 
 /// How many node names an `UpdateLoadBalancerFailed` event lists (Go's `maxNodeNamesToLog`).
-pub const MAX_NODE_NAMES_TO_LOG: usize = 20;
+pub(crate) const MAX_NODE_NAMES_TO_LOG: usize = 20;
 
 /// Whether this controller handles the Service: `spec.type == LoadBalancer` and no
 /// `spec.loadBalancerClass` (any class, whatever its value, belongs to another controller).
-pub fn wants_load_balancer(service: &Service) -> bool {
+pub(crate) fn wants_load_balancer(service: &Service) -> bool {
     service.spec.as_ref().is_some_and(|spec| {
         spec.type_.as_deref() == Some(TYPE_LOAD_BALANCER) && spec.load_balancer_class.is_none()
     })
 }
 
 /// Whether the Service carries the `service.kubernetes.io/load-balancer-cleanup` finalizer.
-pub fn has_cleanup_finalizer(service: &Service) -> bool {
+pub(crate) fn has_cleanup_finalizer(service: &Service) -> bool {
     service
         .metadata
         .finalizers
@@ -42,7 +42,7 @@ pub fn has_cleanup_finalizer(service: &Service) -> bool {
 }
 
 /// Whether the Service is being deleted (`metadata.deletionTimestamp` set).
-pub fn is_being_deleted(service: &Service) -> bool {
+pub(crate) fn is_being_deleted(service: &Service) -> bool {
     service.metadata.deletion_timestamp.is_some()
 }
 
@@ -55,18 +55,18 @@ pub fn is_being_deleted(service: &Service) -> bool {
 /// changes type to LoadBalancer *with* a class after having been ours): the finalizer proves a
 /// load balancer of ours may exist, and a class means it is not ours to keep, so it is deleted
 /// rather than leaked. Go reaches the same delete branch for such a Service once it is queued.
-pub fn needs_cleanup(service: &Service) -> bool {
+pub(crate) fn needs_cleanup(service: &Service) -> bool {
     has_cleanup_finalizer(service) && (is_being_deleted(service) || !wants_load_balancer(service))
 }
 
 /// Why a Service update triggers a sync (Go's `needsUpdate`), with the Normal event Go emits
 /// for some of the reasons.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpdateTrigger {
+pub(crate) struct UpdateTrigger {
     /// What changed (also the event reason when [`UpdateTrigger::event`] is set).
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     /// The Normal event Go records on the Service for this change: `(reason, note)`.
-    pub event: Option<(&'static str, String)>,
+    pub(crate) event: Option<(&'static str, String)>,
 }
 
 impl UpdateTrigger {
@@ -134,7 +134,7 @@ fn ports_equal_for_lb(old: &Service, new: &Service) -> bool {
 ///
 /// `nil` and empty lists/maps are treated as equal (Go's `reflect.DeepEqual` distinguishes
 /// them, but the API server never round-trips an empty list differently from a missing one).
-pub fn update_trigger(old: &Service, new: &Service) -> Option<UpdateTrigger> {
+pub(crate) fn update_trigger(old: &Service, new: &Service) -> Option<UpdateTrigger> {
     let (old_wants, new_wants) = (wants_load_balancer(old), wants_load_balancer(new));
     if !old_wants && !new_wants {
         return None;
@@ -242,29 +242,17 @@ pub fn update_trigger(old: &Service, new: &Service) -> Option<UpdateTrigger> {
     None
 }
 
-/// Go's `needsUpdate(old, new)`: whether a Service update must be synced. See
-/// [`update_trigger`] for the list.
-pub fn needs_update(old: &Service, new: &Service) -> bool {
-    update_trigger(old, new).is_some()
-}
-
 /// Whether a Service add (or a Service seen on start-up) is queued: it wants a load balancer
 /// or needs cleanup (Go's add handler; this is what makes every LoadBalancer Service be
 /// re-ensured on every start, and a Service deleted while the controller was down be cleaned
 /// up).
-pub fn should_enqueue_add(service: &Service) -> bool {
+pub(crate) fn should_enqueue_add(service: &Service) -> bool {
     wants_load_balancer(service) || needs_cleanup(service)
-}
-
-/// Whether a Service update is queued: [`needs_update`] or [`needs_cleanup`] of the new
-/// object (Go's update handler).
-pub fn should_enqueue_update(old: &Service, new: &Service) -> bool {
-    needs_update(old, new) || needs_cleanup(new)
 }
 
 /// What to do with a Service found in the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Add the finalizer, then create or update the load balancer and write its status.
     Ensure,
     /// Delete the load balancer (if the cloud has one), then remove the finalizer.
@@ -285,7 +273,7 @@ pub enum Decision {
 ///   finalizer, which the API server refuses, since no finalizer may be added to an object
 ///   being deleted; and it would call the cloud for every Service whose type flipped away
 ///   from LoadBalancer before it ever got one.)
-pub fn decide(service: &Service, previously_handled: bool) -> Decision {
+pub(crate) fn decide(service: &Service, previously_handled: bool) -> Decision {
     if wants_load_balancer(service) && !is_being_deleted(service) {
         Decision::Ensure
     } else if has_cleanup_finalizer(service) || previously_handled {
@@ -302,7 +290,7 @@ fn parses_as_go_false(value: &str) -> bool {
 }
 
 /// §4.5 predicate 1: the Node is not being deleted.
-pub fn node_not_deleted(node: &Node) -> bool {
+pub(crate) fn node_not_deleted(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_none()
 }
 
@@ -310,7 +298,7 @@ pub fn node_not_deleted(node: &Node) -> bool {
 /// `node.kubernetes.io/exclude-from-external-load-balancers`: the label is absent, or its value
 /// parses as Go boolean false (`false`, `0`, `f`, `F`, `FALSE`, `False`). Any other value,
 /// including `true`, the empty string and garbage, excludes the Node.
-pub fn node_included(node: &Node) -> bool {
+pub(crate) fn node_included(node: &Node) -> bool {
     match node
         .metadata
         .labels
@@ -323,7 +311,7 @@ pub fn node_included(node: &Node) -> bool {
 }
 
 /// §4.5 predicate 3: the Node has no taint with key `ToBeDeletedByClusterAutoscaler`.
-pub fn node_not_tainted_for_deletion(node: &Node) -> bool {
+pub(crate) fn node_not_tainted_for_deletion(node: &Node) -> bool {
     !node
         .spec
         .as_ref()
@@ -336,12 +324,12 @@ pub fn node_not_tainted_for_deletion(node: &Node) -> bool {
 
 /// Whether the Node is a load-balancer host: all three §4.5 predicates (Go's stable node set).
 /// Readiness, schedulability and `externalTrafficPolicy` are deliberately not considered.
-pub fn is_eligible_host(node: &Node) -> bool {
+pub(crate) fn is_eligible_host(node: &Node) -> bool {
     node_not_deleted(node) && node_included(node) && node_not_tainted_for_deletion(node)
 }
 
 /// The eligible hosts among `nodes`, sorted by name (so the provider sees a stable order).
-pub fn eligible_hosts(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
+pub(crate) fn eligible_hosts(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
     let mut hosts: Vec<Arc<Node>> = nodes
         .iter()
         .filter(|n| is_eligible_host(n))
@@ -358,7 +346,7 @@ pub fn eligible_hosts(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
 /// of the full eligibility ([`is_eligible_host`]) triggers too, so a Node tainted by the
 /// cluster-autoscaler leaves the load balancers before it is drained. Ready/label/taint changes
 /// that do not change eligibility never trigger.
-pub fn node_update_needs_sync(old: &Node, new: &Node) -> bool {
+pub(crate) fn node_update_needs_sync(old: &Node, new: &Node) -> bool {
     node_included(old) != node_included(new)
         || is_eligible_host(old) != is_eligible_host(new)
         || provider_id(old) != provider_id(new)
@@ -374,16 +362,16 @@ fn provider_id(node: &Node) -> &str {
 /// What the controller remembers of a host it passed to the cloud: the Node fields whose
 /// change requires an update (Go's `protoNode`: name and provider ID).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct HostKey {
+pub(crate) struct HostKey {
     /// The Node's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The Node's `spec.providerID` (empty when unset).
-    pub provider_id: String,
+    pub(crate) provider_id: String,
 }
 
 impl HostKey {
     /// The key of a Node.
-    pub fn of(node: &Node) -> Self {
+    pub(crate) fn of(node: &Node) -> Self {
         HostKey {
             name: node.metadata.name.clone().unwrap_or_default(),
             provider_id: provider_id(node).to_owned(),
@@ -392,13 +380,13 @@ impl HostKey {
 }
 
 /// The keys of `nodes`, in order.
-pub fn host_keys<N: AsRef<Node>>(nodes: &[N]) -> Vec<HostKey> {
+pub(crate) fn host_keys<N: AsRef<Node>>(nodes: &[N]) -> Vec<HostKey> {
     nodes.iter().map(|n| HostKey::of(n.as_ref())).collect()
 }
 
 /// Go's `nodesSufficientlyEqual`: same number of hosts and the same name → providerID mapping
 /// (order does not matter).
-pub fn nodes_sufficiently_equal(old: &[HostKey], new: &[HostKey]) -> bool {
+pub(crate) fn nodes_sufficiently_equal(old: &[HostKey], new: &[HostKey]) -> bool {
     if old.len() != new.len() {
         return false;
     }
@@ -431,7 +419,7 @@ fn ingress_equal(a: &LoadBalancerIngress, b: &LoadBalancerIngress) -> bool {
 
 /// Go's `LoadBalancerStatusEqual`: compares `ingress` only, element by element (IP, hostname,
 /// IP mode, port statuses). A missing status equals an empty one.
-pub fn load_balancer_status_equal(
+pub(crate) fn load_balancer_status_equal(
     old: Option<&LoadBalancerStatus>,
     new: Option<&LoadBalancerStatus>,
 ) -> bool {
@@ -443,7 +431,7 @@ pub fn load_balancer_status_equal(
 /// The merge patch of the `status` subresource that sets `status.loadBalancer.ingress` to that
 /// of `new`, or `None` when the Service's current status already equals it (ingress only).
 /// Only the controller's own field is in the patch, so it cannot clobber other writers.
-pub fn status_patch(service: &Service, new: &LoadBalancerStatus) -> Option<Value> {
+pub(crate) fn status_patch(service: &Service, new: &LoadBalancerStatus) -> Option<Value> {
     let current = service
         .status
         .as_ref()
@@ -505,7 +493,7 @@ fn decision_tests(service: &Service) -> Vec<Value> {
 /// A write to anything else (labels, annotations, the status, the rest of the spec) fails no
 /// test, so it costs no round trip. Not a `test` of `metadata.resourceVersion`, which every
 /// such write bumps. (Go writes the finalizer with an unguarded strategic-merge patch.)
-pub fn add_finalizer_patch(service: &Service) -> Option<Value> {
+pub(crate) fn add_finalizer_patch(service: &Service) -> Option<Value> {
     if has_cleanup_finalizer(service) {
         return None;
     }
@@ -535,7 +523,7 @@ pub fn add_finalizer_patch(service: &Service) -> Option<Value> {
 /// absent. Its `test`s guard what the decision to remove it was made on (UID; type and class
 /// unless being deleted) and each removed entry at its position, so another writer's finalizer is never removed and
 /// a write to anything else costs no round trip (see [`add_finalizer_patch`]).
-pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
+pub(crate) fn remove_finalizer_patch(service: &Service) -> Option<Value> {
     let list = service.metadata.finalizers.as_deref().unwrap_or_default();
     let positions: Vec<usize> = list
         .iter()
@@ -558,7 +546,7 @@ pub fn remove_finalizer_patch(service: &Service) -> Option<Value> {
 
 /// The note of Go's `UpdateLoadBalancerFailed` event: the first
 /// [`MAX_NODE_NAMES_TO_LOG`] host names, the host count and the error.
-pub fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
+pub(crate) fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
     let names: Vec<String> = hosts
         .iter()
         .take(MAX_NODE_NAMES_TO_LOG)
@@ -574,7 +562,7 @@ pub fn update_failed_note(hosts: &[HostKey], error: &str) -> String {
 
 /// What a Node change does to the load balancers' host sets, for the node-sync timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HostChange {
+pub(crate) enum HostChange {
     /// A host may join (a Node added, become eligible, or given its first providerID):
     /// batched over a widening window.
     Addition,
@@ -588,7 +576,7 @@ pub enum HostChange {
 /// How a Node change affects the host sets; `None` when it cannot (see
 /// [`node_update_needs_sync`]). `old` is `None` for an added Node, `new` `None` for a deleted
 /// one.
-pub fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange> {
+pub(crate) fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange> {
     match (old, new) {
         (None, Some(_)) => Some(HostChange::Addition),
         (Some(_), None) | (None, None) => Some(HostChange::Removal),
@@ -611,7 +599,7 @@ pub fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange>
 }
 
 /// A node-sync pass waits at most this many base windows after the first removal of a burst.
-pub const MAX_WINDOW_FACTOR: u32 = 5;
+pub(crate) const MAX_WINDOW_FACTOR: u32 = 5;
 
 /// When the next node-sync pass runs (pure: driven with the current time).
 ///
@@ -630,7 +618,7 @@ pub const MAX_WINDOW_FACTOR: u32 = 5;
 /// came 1 s after the pass of the previous one, never within it), and each joining Node cost
 /// every load balancer an update of its own, as in Go (issue 19).
 #[derive(Clone, Debug)]
-pub struct NodeSyncTimer<I> {
+pub(crate) struct NodeSyncTimer<I> {
     base: std::time::Duration,
     max: std::time::Duration,
     addition_window: std::time::Duration,
@@ -647,7 +635,7 @@ where
 {
     /// A timer with the base window `base` and the largest addition window `max` (raised to
     /// `base` when smaller).
-    pub fn new(base: std::time::Duration, max: std::time::Duration) -> Self {
+    pub(crate) fn new(base: std::time::Duration, max: std::time::Duration) -> Self {
         NodeSyncTimer {
             base,
             max: max.max(base),
@@ -660,12 +648,13 @@ where
     }
 
     /// The current addition window.
-    pub fn addition_window(&self) -> std::time::Duration {
+    #[cfg(test)]
+    pub(crate) fn addition_window(&self) -> std::time::Duration {
         self.addition_window
     }
 
     /// Records a change arriving at `now`.
-    pub fn change(&mut self, change: HostChange, now: I) {
+    pub(crate) fn change(&mut self, change: HostChange, now: I) {
         match change {
             HostChange::Addition => {
                 if self.first_addition.is_none() {
@@ -688,7 +677,7 @@ where
     }
 
     /// When the next pass is due; `None` while nothing is pending.
-    pub fn due(&self) -> Option<I> {
+    pub(crate) fn due(&self) -> Option<I> {
         let removal = match (self.first_removal, self.last_removal) {
             (Some(first), Some(last)) => {
                 Some((last + self.base).min(first + self.base.saturating_mul(MAX_WINDOW_FACTOR)))
@@ -705,7 +694,7 @@ where
     }
 
     /// A pass started at `now`: it covers every change recorded so far.
-    pub fn passed(&mut self, now: I) {
+    pub(crate) fn passed(&mut self, now: I) {
         if self.first_addition.is_some() {
             self.last_addition_pass = Some(now);
         }

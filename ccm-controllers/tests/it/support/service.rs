@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_controllers::controllers::service::{self, ServiceConfig, plan};
+use ccm_controllers::controllers::service::{self, ServiceConfig};
 use ccm_controllers::{Backoff, InformerScope};
 use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
 use ccm_testing::TestCluster;
@@ -495,4 +495,31 @@ where
         eventually(TIMEOUT, cond).await,
         "timed out waiting for {what}"
     );
+}
+
+/// The Service predicates the service tests read (the controller's own are private to it).
+pub(crate) mod plan {
+    use ccm_core::well_known::FINALIZER_LOAD_BALANCER_CLEANUP;
+    use k8s_openapi::api::core::v1::Service;
+
+    /// `type: LoadBalancer` without a `loadBalancerClass`: the controller's business.
+    pub(crate) fn wants_load_balancer(service: &Service) -> bool {
+        service.spec.as_ref().is_some_and(|spec| {
+            spec.type_.as_deref() == Some("LoadBalancer") && spec.load_balancer_class.is_none()
+        })
+    }
+
+    /// Carries the `service.kubernetes.io/load-balancer-cleanup` finalizer.
+    pub(crate) fn has_cleanup_finalizer(service: &Service) -> bool {
+        service
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP))
+    }
+
+    /// `metadata.deletionTimestamp` is set.
+    pub(crate) fn is_being_deleted(service: &Service) -> bool {
+        service.metadata.deletion_timestamp.is_some()
+    }
 }

@@ -1,6 +1,18 @@
 //! Unit tests of the service planner: the rules of the reference, one test per rule.
 
 use super::*;
+
+/// Go's `needsUpdate(old, new)`: whether a Service update must be synced ([`update_trigger`]
+/// lists why; the event loop applies it inline, with the trigger's Event).
+fn needs_update(old: &Service, new: &Service) -> bool {
+    update_trigger(old, new).is_some()
+}
+
+/// Whether a Service update is queued: [`needs_update`] or [`needs_cleanup`] of the new object
+/// (Go's update handler, as the event loop in `sync.rs` applies it).
+fn should_enqueue_update(old: &Service, new: &Service) -> bool {
+    needs_update(old, new) || needs_cleanup(new)
+}
 use k8s_openapi::api::core::v1::{
     NodeSpec, PortStatus, ServiceSpec, ServiceStatus, SessionAffinityConfig, Taint,
 };
