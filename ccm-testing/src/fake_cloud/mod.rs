@@ -275,8 +275,9 @@ impl StoredLoadBalancer {
 /// The distinct host lists of the stored load balancers, each held once.
 ///
 /// Every load balancer of a cluster usually has the same hosts, so keeping one copy per load
-/// balancer would cost load balancers × nodes names: about 280 MB at 1,000 load balancers and
-/// 5,000 nodes, inside the process under test (the `steady` benchmark measured exactly that).
+/// balancer would cost load balancers × nodes names, hundreds of MB at 1,000 load balancers and
+/// 5,000 nodes inside the process under test (docs/performance.md, the `steady` memory
+/// section).
 /// Interned, it is one list per distinct host set.
 #[derive(Default)]
 struct HostSets {

@@ -56,8 +56,9 @@ pub const EVENT_COMPONENT: &str = "cloud-node-controller";
 /// The name of its work queue (Go's; the `name` label of the work-queue metrics).
 pub const QUEUE_NAME: &str = "Nodes";
 /// Default of `--concurrent-node-syncs`. With 100 workers, 1,000 nodes registering together at
-/// 100 ms per cloud call initialise in about 1.7 s on the in-process API server (see
-/// `benches/node_init.rs`); Go's default of 1 takes over 100 s.
+/// 100 ms per cloud call initialise about 100 times faster than with Go's default of 1, which
+/// needs over 100 s of cloud calls alone (`benches/node_init.rs`; figures:
+/// docs/performance.md, "Worker defaults").
 pub const DEFAULT_WORKERS: usize = 100;
 
 /// How many times the periodic address refresh retries a `describe_instances` call answered

@@ -83,14 +83,9 @@ pub const QUEUE_NAME: &str = "service";
 ///
 /// Go's default for `--concurrent-service-syncs` is 1, which makes a cluster with hundreds of
 /// load balancers take tens of minutes to converge after a restart (reference §9 item 7).
-/// Measured with `cargo bench -p ccm-controllers --bench service_lb` (200 LoadBalancer
-/// Services, in-process API server, FakeCloud; 2-core machine), time until every Service has
-/// its ingress after a start:
-///
-/// | cloud latency | 1 worker | 5 | **10** | 20 | 40 |
-/// |---|---|---|---|---|---|
-/// | 50 ms | 12.1 s | 2.6 s | **1.3 s** | 0.9 s | 0.5 s |
-/// | 0 ms | 0.2 s | 0.4 s | 0.5 s | 0.6 s | 0.6 s |
+/// `cargo bench -p ccm-controllers --bench service_lb` measures the time until 200
+/// LoadBalancer Services have their ingress after a start, by worker count and cloud latency
+/// (figures: docs/performance.md, "Worker defaults").
 ///
 /// With a slow cloud, throughput grows with workers (FakeCloud has no rate limit); with a fast
 /// one the API server is the bottleneck and more workers gain nothing. 10 takes the bulk of
