@@ -20,6 +20,17 @@ pub(super) enum CallError {
     Failed(CloudError),
 }
 
+impl std::fmt::Display for CallError {
+    /// The provider's error, as the Events and logs quote it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Elsewhere => CloudError::ImplementedElsewhere.fmt(f),
+            CallError::Retry(after) => write!(f, "retry after {after:?}"),
+            CallError::Failed(error) => error.fmt(f),
+        }
+    }
+}
+
 impl From<CloudError> for CallError {
     fn from(error: CloudError) -> Self {
         match error {

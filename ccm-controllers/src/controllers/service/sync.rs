@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, LoadBalancer};
+use ccm_core::LoadBalancer;
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
 use kube::ResourceExt;
 use kube::api::Api;
@@ -444,16 +444,7 @@ impl Reconciler {
                 }
             }
             Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
-            Err(CallError::Elsewhere) => {
-                return Err(self.delete_failed(
-                    service,
-                    format!(
-                        "failed to check if load balancer exists before cleanup: {}",
-                        CloudError::ImplementedElsewhere
-                    ),
-                ));
-            }
-            Err(CallError::Failed(error)) => {
+            Err(error) => {
                 return Err(self.delete_failed(
                     service,
                     format!("failed to check if load balancer exists before cleanup: {error}"),

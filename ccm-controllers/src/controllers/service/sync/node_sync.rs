@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use ccm_core::CloudError;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::mpsc;
@@ -232,11 +231,7 @@ impl Reconciler {
                 self.queue.add_after(key.to_owned(), after);
                 return;
             }
-            Err(CallError::Elsewhere) => {
-                let get_error = CloudError::ImplementedElsewhere;
-                tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
-            }
-            Err(CallError::Failed(get_error)) => {
+            Err(get_error) => {
                 tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
             }
         }
