@@ -18,7 +18,8 @@
 //!   each defaulting to `None` (unsupported).
 //! - Capabilities: [`InstancesV2`] (preferred) or the legacy [`Instances`] + [`Zones`] for the
 //!   node controllers, with the optional [`InstancesBatch`] (many Nodes per cloud call);
-//!   [`LoadBalancer`] for `type: LoadBalancer` Services; [`Routes`] for
+//!   [`LoadBalancer`] for `type: LoadBalancer` Services, with the optional
+//!   [`LoadBalancerHostsBatch`] (the hosts of many load balancers per cloud call); [`Routes`] for
 //!   pod-CIDR routes; [`Clusters`] (never called by the framework).
 //! - Each method's documentation states its contract: what "not found" means, whether it must
 //!   be idempotent, and what the framework does with each answer.
@@ -183,14 +184,15 @@ pub use helpers::{
 };
 pub use provider::{
     CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesBatch, InstancesV2,
-    LoadBalancer, Routes, Zones,
+    LoadBalancer, LoadBalancerHostsBatch, Routes, Zones,
 };
 pub use registry::{
     CloudConfigError, ProviderFactory, ProviderRegistration, RegistryError, build_provider,
     is_registered, parse_cloud_config, registered_providers,
 };
 pub use types::{
-    InstanceAnswer, InstanceAnswers, InstanceMetadata, ProviderId, ProviderIdError, Route, Zone,
+    InstanceAnswer, InstanceAnswers, InstanceMetadata, LoadBalancerHostsAnswers, ProviderId,
+    ProviderIdError, Route, Zone,
 };
 
 /// Re-exported so providers implement the traits with the same macro version the traits use.

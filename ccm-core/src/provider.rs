@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 #[cfg(doc)]
 use crate::InstanceAnswer;
 use crate::{
-    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerStatus, Node, NodeAddress, Route,
-    Service, Zone,
+    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerHostsAnswers, LoadBalancerStatus,
+    Node, NodeAddress, Route, Service, Zone,
 };
 
 /// The result of every provider method.
@@ -106,6 +106,9 @@ impl InitContext {
 /// - `instances_batch` is optional and used only together with `instances_v2`: where it helps
 ///   (many Nodes to look up at once), the framework asks it instead of one `instances_v2` call
 ///   per Node, and falls back to per-Node calls when it is `None`.
+/// - `load_balancer_hosts_batch` is optional and used only together with `load_balancer`: when
+///   the eligible Nodes change, the service controller replaces the hosts of many load balancers
+///   in one call instead of one `update_load_balancer` per load balancer.
 /// - `clusters` is never called by a framework controller.
 #[async_trait]
 pub trait CloudProvider: Send + Sync + 'static {
@@ -153,6 +156,13 @@ pub trait CloudProvider: Send + Sync + 'static {
 
     /// The load-balancer capability, for `type: LoadBalancer` Services.
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        None
+    }
+
+    /// The optional batch load-balancer capability: the hosts of many load balancers replaced
+    /// in one cloud call. Used only when [`CloudProvider::load_balancer`] is offered too.
+    /// Defaults to `None`.
+    fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
         None
     }
 
@@ -453,6 +463,102 @@ pub trait LoadBalancer: Send + Sync {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()>;
+}
+
+/// Optional: replace the backend hosts of many load balancers in one cloud call. Offer it from
+/// [`CloudProvider::load_balancer_hosts_batch`] when your cloud can (load balancers that share
+/// one backend pool, instance group or target group per cluster; an API taking many listeners
+/// or pools in one request), alongside [`LoadBalancer`], which stays required.
+///
+/// Go's service controller calls `UpdateLoadBalancer` once per load balancer whenever the
+/// eligible Nodes change, so a cluster with 1,000 LoadBalancer Services spends 1,000 calls of
+/// its cloud quota on every Node that joins or leaves. With this capability the framework's
+/// node sync sends the same change as `ceil(load balancers / max_batch_size)` calls.
+///
+/// # The contract
+///
+/// [`update_load_balancer_hosts`](LoadBalancerHostsBatch::update_load_balancer_hosts) does for
+/// every Service given what [`LoadBalancer::update_load_balancer`] would do with the same
+/// `hosts`: every load balancer in one call gets the same host list (the eligible Nodes at the
+/// moment of the call). It answers per Service, keyed `namespace/name`, with what
+/// `update_load_balancer` would have answered for that Service alone, and the framework treats
+/// each answer exactly so: `Ok(())` and [`CloudError::ImplementedElsewhere`] are a success,
+/// [`CloudError::Retry`] retries that Service's load balancer after its delay, any other error
+/// emits `UpdateLoadBalancerFailed` and falls back to a full `ensure_load_balancer` of it.
+///
+/// **A Service missing from the answer was not updated**: the framework updates it in the same
+/// pass with a single `update_load_balancer` call. Entries for Services that were not asked
+/// about are ignored.
+///
+/// **Errors of the whole call** say that no load balancer was updated:
+/// [`CloudError::Retry`] (the cloud's 429 + Retry-After) delays the whole batch, and the rest of
+/// that node sync, by its `after`; [`CloudError::NotImplemented`] makes the framework use
+/// single `update_load_balancer` calls from then on; any other error makes it update that
+/// batch's load balancers with single calls at once.
+///
+/// **Batch size**: the framework never passes more than
+/// [`max_batch_size`](LoadBalancerHostsBatch::max_batch_size) Services in one call, never the
+/// same Service twice, and never an empty slice; `hosts` may be empty (no eligible Node).
+///
+/// One call costs one token of the framework's cloud-call budget (`--cloud-api-qps`) and is
+/// subject to `--cloud-api-timeout`; its metrics operation label is
+/// `update_load_balancer_hosts`.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use ccm_core::async_trait;
+/// use ccm_core::{CloudResult, LoadBalancerHostsAnswers, LoadBalancerHostsBatch, Node, Service};
+///
+/// /// A cloud whose load balancers of one cluster share one backend pool.
+/// struct Acme;
+///
+/// #[async_trait]
+/// impl LoadBalancerHostsBatch for Acme {
+///     fn max_batch_size(&self) -> usize {
+///         500
+///     }
+///     async fn update_load_balancer_hosts(
+///         &self,
+///         cluster_name: &str,
+///         services: &[Arc<Service>],
+///         hosts: &[Arc<Node>],
+///     ) -> CloudResult<LoadBalancerHostsAnswers> {
+///         // A real provider replaces the members of the cluster's pool (one request) here,
+///         // then answers for each Service whose load balancer uses that pool.
+///         let _ = (cluster_name, hosts);
+///         let mut answers = LoadBalancerHostsAnswers::new();
+///         for service in services {
+///             let namespace = service.metadata.namespace.clone().unwrap_or_default();
+///             let name = service.metadata.name.clone().unwrap_or_default();
+///             answers.insert(format!("{namespace}/{name}"), Ok(()));
+///         }
+///         Ok(answers)
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait LoadBalancerHostsBatch: Send + Sync {
+    /// The most Services one
+    /// [`update_load_balancer_hosts`](LoadBalancerHostsBatch::update_load_balancer_hosts) call
+    /// accepts. The framework never exceeds it; `0` is treated as `1`.
+    fn max_batch_size(&self) -> usize;
+
+    /// Replaces the backend hosts of the load balancer of every Service in `services` with
+    /// `hosts`, in one cloud call.
+    ///
+    /// See the [trait documentation](LoadBalancerHostsBatch) for the answer per Service, the
+    /// rule for Services missing from the answer (not updated, asked again with a single call)
+    /// and what an error of the whole call does. `services` holds 1 to
+    /// [`max_batch_size`](LoadBalancerHostsBatch::max_batch_size) distinct Services, each
+    /// handled by this controller (as for `update_load_balancer`); `hosts` are the eligible
+    /// Nodes, the framework's cached Nodes shared rather than copied.
+    async fn update_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        services: &[Arc<Service>],
+        hosts: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerHostsAnswers>;
 }
 
 /// Pod-CIDR routes in the cloud's route table (Go's `Routes`).

@@ -124,6 +124,17 @@ impl InstanceAnswer {
 /// [`InstancesBatch::describe_instances`]: crate::InstancesBatch::describe_instances
 pub type InstanceAnswers = BTreeMap<String, InstanceAnswer>;
 
+/// The answer of one batch load-balancer call
+/// ([`LoadBalancerHostsBatch::update_load_balancer_hosts`]): per Service, keyed
+/// `namespace/name`, what [`LoadBalancer::update_load_balancer`] would have answered for it.
+///
+/// A requested Service without an entry was **not updated** (the framework updates it with a
+/// single call); entries for Services that were not requested are ignored.
+///
+/// [`LoadBalancerHostsBatch::update_load_balancer_hosts`]: crate::LoadBalancerHostsBatch::update_load_balancer_hosts
+/// [`LoadBalancer::update_load_balancer`]: crate::LoadBalancer::update_load_balancer
+pub type LoadBalancerHostsAnswers = BTreeMap<String, Result<(), crate::CloudError>>;
+
 /// A failure domain, as returned by the deprecated [`Zones`](crate::Zones) capability.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Zone {

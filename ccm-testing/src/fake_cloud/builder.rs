@@ -119,7 +119,15 @@ impl FakeCloudBuilder {
         self
     }
 
-    /// The most Nodes one `describe_instances` call accepts (`max_batch_size`).
+    /// Offer [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch) or not (default
+    /// off; it needs `load_balancer`).
+    pub fn load_balancer_hosts_batch(mut self, on: bool) -> Self {
+        self.config.capabilities.load_balancer_hosts_batch = on;
+        self
+    }
+
+    /// The most Nodes one `describe_instances` call, and the most Services one
+    /// `update_load_balancer_hosts` call, accepts (`max_batch_size`).
     pub fn max_batch_size(mut self, max: usize) -> Self {
         self.config.max_batch_size = max;
         self

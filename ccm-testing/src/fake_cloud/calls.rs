@@ -33,8 +33,21 @@ impl CallRecord {
         match &self.args {
             CallArgs::LoadBalancer {
                 hosts: Some(hosts), ..
-            } => Some(hosts),
+            }
+            | CallArgs::LoadBalancers { hosts, .. } => Some(hosts),
             _ => None,
+        }
+    }
+
+    /// The `<namespace>/<name>` of every Service of a load-balancer call: one for the single
+    /// calls, every Service of an `update_load_balancer_hosts` batch in the order given.
+    pub fn services(&self) -> Vec<&str> {
+        match &self.args {
+            CallArgs::LoadBalancer { service, .. } => vec![service.as_str()],
+            CallArgs::LoadBalancers { services, .. } => {
+                services.iter().map(String::as_str).collect()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -81,6 +94,15 @@ pub enum CallArgs {
         /// stored load balancers, not copied.
         hosts: Option<Arc<[String]>>,
     },
+    /// `update_load_balancer_hosts`: many load balancers given the same hosts.
+    LoadBalancers {
+        /// The cluster name.
+        cluster_name: String,
+        /// `<namespace>/<name>` of each Service, in the order given.
+        services: Vec<String>,
+        /// The backend host names (sorted, each once), shared with the stored load balancers.
+        hosts: Arc<[String]>,
+    },
     /// `list_routes` or `master`: the cluster name.
     Cluster(String),
     /// `create_route` or `delete_route`.
@@ -98,6 +120,7 @@ pub enum CallArgs {
 const MUTATING: &[&str] = &[
     "ensure_load_balancer",
     "update_load_balancer",
+    "update_load_balancer_hosts",
     "ensure_load_balancer_deleted",
     "create_route",
     "delete_route",

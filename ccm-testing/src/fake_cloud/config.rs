@@ -36,6 +36,8 @@ pub const OPERATIONS: &[&str] = &[
     "ensure_load_balancer",
     "update_load_balancer",
     "ensure_load_balancer_deleted",
+    // LoadBalancerHostsBatch
+    "update_load_balancer_hosts",
     // Routes
     "list_routes",
     "create_route",
@@ -104,7 +106,8 @@ pub struct FakeCloudConfig {
     pub clusters: Vec<String>,
     /// Which capabilities the provider offers.
     pub capabilities: Capabilities,
-    /// The most Nodes one `describe_instances` call accepts (default 100); a larger batch fails.
+    /// The most Nodes one `describe_instances` call, and the most Services one
+    /// `update_load_balancer_hosts` call, accepts (default 100); a larger batch fails.
     pub max_batch_size: usize,
     /// The cloud's API quota: calls per second, overall and per operation. Default none.
     pub quota: QuotaConfig,
@@ -163,6 +166,10 @@ pub struct Capabilities {
     /// [`InstancesBatch`](ccm_core::InstancesBatch) (default false, so a test or benchmark
     /// chooses per-Node or batched lookups explicitly).
     pub instances_batch: bool,
+    /// [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch), offered only together
+    /// with `load_balancer` (default false, so a test or benchmark chooses one
+    /// `update_load_balancer` per load balancer or batched updates explicitly).
+    pub load_balancer_hosts_batch: bool,
 }
 
 impl Default for Capabilities {
@@ -175,6 +182,7 @@ impl Default for Capabilities {
             routes: true,
             clusters: true,
             instances_batch: false,
+            load_balancer_hosts_batch: false,
         }
     }
 }

@@ -33,6 +33,10 @@
 //!   `lb_hostname`; `get_load_balancer` reports it until
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
 //!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
+//! - **Batched load-balancer updates** (`load_balancer_hosts_batch`, off by default):
+//!   `update_load_balancer_hosts` gives each Service's load balancer the hosts, as
+//!   `update_load_balancer` would (the same error for a missing one), in one call of at most
+//!   `max_batch_size` Services; it costs one quota token.
 //!   A load balancer is reported only to the cluster name that created it.
 //! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
 //!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
@@ -98,7 +102,7 @@
 //!     additional_labels: {example.com/pool: gpu}
 //!     shutdown: true             # exists: false makes it gone
 //!   worker-8: {error: "describe failed"} # every lookup of worker-8 fails
-//! max_batch_size: 50             # most nodes per describe_instances (default 100)
+//! max_batch_size: 50             # most nodes/services per batch call (default 100)
 //! quota:                         # token buckets; a call over quota answers Retry (429)
 //!   overall: {per_second: 20, burst: 20}
 //!   operations:
@@ -114,6 +118,7 @@
 //!   routes: true
 //!   clusters: true
 //!   instances_batch: true        # InstancesBatch (default false)
+//!   load_balancer_hosts_batch: true # LoadBalancerHostsBatch (default false)
 //! faults:                        # armed at start, by operation
 //!   ensure_load_balancer:
 //!     - fail_next: 2

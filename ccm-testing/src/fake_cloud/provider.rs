@@ -5,8 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
-    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerStatus,
-    Node, NodeAddress, ProviderId, Route, Routes, Service, Zone, Zones,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
+    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress,
+    ProviderId, Route, Routes, Service, Zone, Zones,
 };
 
 use super::{CallArgs, FakeCloud, State, StoredLoadBalancer, StoredRoute};
@@ -139,6 +140,12 @@ impl CloudProvider for FakeCloud {
             .then_some(self as &dyn LoadBalancer)
     }
 
+    fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+        let caps = &self.inner.config.capabilities;
+        (caps.load_balancer && caps.load_balancer_hosts_batch)
+            .then_some(self as &dyn LoadBalancerHostsBatch)
+    }
+
     fn routes(&self) -> Option<&dyn Routes> {
         self.inner
             .config
@@ -195,7 +202,7 @@ impl InstancesBatch for FakeCloud {
     }
 
     async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
-        let max = self.max_batch_size();
+        let max = InstancesBatch::max_batch_size(self);
         let args = |_: &mut State| CallArgs::Nodes(nodes.iter().map(|n| node_subject(n)).collect());
         let subject = format!("{} nodes", nodes.len());
         self.call("describe_instances", subject, args, |cfg, st| {
@@ -643,6 +650,62 @@ impl Clusters for FakeCloud {
                     "fake cloud: unknown cluster {cluster_name:?}"
                 )))
             }
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl LoadBalancerHostsBatch for FakeCloud {
+    fn max_batch_size(&self) -> usize {
+        self.inner.config.max_batch_size.max(1)
+    }
+
+    /// Every named load balancer of `cluster_name` gets `hosts`, as `update_load_balancer`
+    /// would give it; a Service without one is answered the error `update_load_balancer`
+    /// gives, a Service without a name is left out of the answer (not updated).
+    async fn update_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        services: &[Arc<Service>],
+        hosts: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerHostsAnswers> {
+        let max = LoadBalancerHostsBatch::max_batch_size(self);
+        let args = |st: &mut State| CallArgs::LoadBalancers {
+            cluster_name: cluster_name.to_owned(),
+            services: services.iter().map(|s| service_subject(s)).collect(),
+            hosts: host_names(st, hosts),
+        };
+        let subject = format!("{} services", services.len());
+        self.call("update_load_balancer_hosts", subject, args, |_, st| {
+            if services.len() > max {
+                return Err(CloudError::msg(format!(
+                    "fake cloud: update_load_balancer_hosts got {} services, more than max_batch_size {max}",
+                    services.len()
+                )));
+            }
+            let hosts = host_names(st, hosts);
+            let mut answers = LoadBalancerHostsAnswers::new();
+            for service in services {
+                let Ok(key) = service_key(service) else {
+                    continue;
+                };
+                let answer = match st
+                    .load_balancers
+                    .get_mut(&key)
+                    .filter(|lb| lb.cluster_name == cluster_name)
+                {
+                    Some(lb) => {
+                        lb.hosts = hosts.clone();
+                        Ok(())
+                    }
+                    None => Err(CloudError::msg(format!(
+                        "fake cloud: no load balancer for service {key} in cluster {cluster_name:?}"
+                    ))),
+                };
+                answers.insert(key, answer);
+            }
+            Ok(answers)
         })
         .await
     }

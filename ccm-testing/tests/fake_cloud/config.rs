@@ -19,6 +19,10 @@ fn capability_defaults_and_switches() {
     assert!(cloud.load_balancer().is_some());
     assert!(CloudProvider::routes(&cloud).is_some());
     assert!(cloud.clusters().is_some());
+    assert!(
+        cloud.load_balancer_hosts_batch().is_none(),
+        "batch off by default"
+    );
 
     let cloud = FakeCloud::builder()
         .instances_v2(false)
@@ -43,10 +47,18 @@ fn capability_defaults_and_switches() {
             routes: false,
             clusters: false,
             instances_batch: false,
+            load_balancer_hosts_batch: true,
         })
         .build();
     assert!(cloud.instances().is_some() && cloud.zones().is_none());
     assert!(cloud.provider().load_balancer().is_some());
+    assert!(cloud.provider().load_balancer_hosts_batch().is_some());
+    // The batch needs the load-balancer capability.
+    let cloud = FakeCloud::builder()
+        .load_balancer(false)
+        .load_balancer_hosts_batch(true)
+        .build();
+    assert!(cloud.provider().load_balancer_hosts_batch().is_none());
 }
 
 #[tokio::test]

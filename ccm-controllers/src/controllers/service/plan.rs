@@ -627,6 +627,8 @@ pub(crate) struct NodeSyncTimer<I> {
     first_addition: Option<I>,
     first_removal: Option<I>,
     last_removal: Option<I>,
+    /// A pass the provider asked to run again at this instant (a batch answered `Retry`).
+    retry: Option<I>,
 }
 
 impl<I> NodeSyncTimer<I>
@@ -644,6 +646,7 @@ where
             first_addition: None,
             first_removal: None,
             last_removal: None,
+            retry: None,
         }
     }
 
@@ -687,10 +690,13 @@ where
         let addition = self
             .first_addition
             .map(|first| first + self.addition_window);
-        match (removal, addition) {
-            (Some(r), Some(a)) => Some(r.min(a)),
-            (r, a) => r.or(a),
-        }
+        [removal, addition, self.retry].into_iter().flatten().min()
+    }
+
+    /// The pass that just ran must run again at `at` (the provider answered `Retry` for a
+    /// batch), whatever changes arrive in between.
+    pub(crate) fn retry_at(&mut self, at: I) {
+        self.retry = Some(self.retry.map_or(at, |r| r.min(at)));
     }
 
     /// A pass started at `now`: it covers every change recorded so far.
@@ -701,6 +707,7 @@ where
         self.first_addition = None;
         self.first_removal = None;
         self.last_removal = None;
+        self.retry = None;
     }
 }
 

@@ -4,6 +4,7 @@
 //! from [`super::plan`].
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,9 @@ struct Reconciler {
     entries: Mutex<HashMap<String, EntryLock>>,
     /// The eligible hosts, built once per change of the Node store (see [`HostSet`]).
     host_set: Mutex<Option<HostSet>>,
+    /// The provider's `update_load_balancer_hosts` answered `NotImplemented`: single calls
+    /// from then on.
+    hosts_batch_unsupported: AtomicBool,
 }
 
 fn key_of(service: &Service) -> String {
@@ -117,6 +121,7 @@ pub(super) async fn run(
         metrics,
         entries: Mutex::new(HashMap::new()),
         host_set: Mutex::new(None),
+        hosts_batch_unsupported: AtomicBool::new(false),
         config,
         ctx,
     });

@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
-    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerStatus,
-    Node, NodeAddress, Route, Routes, Service, Zone, Zones,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
+    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress, Route,
+    Routes, Service, Zone, Zones,
 };
 
 use super::call::Budget;
@@ -33,6 +34,7 @@ struct Caps {
     routes: Cap,
     clusters: Cap,
     instances_batch: Cap,
+    load_balancer_hosts_batch: Cap,
 }
 
 struct Cap {
@@ -69,6 +71,7 @@ impl BudgetedProvider {
             routes: cap(),
             clusters: cap(),
             instances_batch: cap(),
+            load_balancer_hosts_batch: cap(),
         };
         Arc::new(BudgetedProvider {
             inner,
@@ -156,6 +159,12 @@ impl CloudProvider for BudgetedProvider {
         self.inner
             .instances_batch()
             .map(|_| &self.caps.instances_batch as &dyn InstancesBatch)
+    }
+
+    fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+        self.inner
+            .load_balancer_hosts_batch()
+            .map(|_| &self.caps.load_balancer_hosts_batch as &dyn LoadBalancerHostsBatch)
     }
 }
 
@@ -340,6 +349,37 @@ impl InstancesBatch for Cap {
         // A per-Node Retry is raised to the same floor as a Retry of a whole call.
         for answer in answers.values_mut() {
             if let InstanceAnswer::Error(CloudError::Retry { after, .. }) = answer
+                && *after < MIN_RETRY_AFTER
+            {
+                *after = MIN_RETRY_AFTER;
+            }
+        }
+        Ok(answers)
+    }
+}
+
+#[async_trait]
+impl LoadBalancerHostsBatch for Cap {
+    fn max_batch_size(&self) -> usize {
+        // Local and synchronous: no cloud call, so no budget.
+        self.inner
+            .load_balancer_hosts_batch()
+            .map_or(1, |b| b.max_batch_size().max(1))
+    }
+    async fn update_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        services: &[Arc<Service>],
+        hosts: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerHostsAnswers> {
+        let mut answers = budgeted!(
+            self,
+            load_balancer_hosts_batch,
+            update_load_balancer_hosts(cluster_name, services, hosts)
+        )?;
+        // A per-Service Retry is raised to the same floor as a Retry of a whole call.
+        for answer in answers.values_mut() {
+            if let Err(CloudError::Retry { after, .. }) = answer
                 && *after < MIN_RETRY_AFTER
             {
                 *after = MIN_RETRY_AFTER;

@@ -3,10 +3,12 @@
 //! eligible hosts changed one `update_load_balancer`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
+use ccm_core::{CloudError, LoadBalancerHostsBatch};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Service};
 use tokio::sync::mpsc;
 
 use super::{Entry, Reconciler};
@@ -88,7 +90,9 @@ pub(super) async fn node_sync_loop(
                 timer.passed(tokio::time::Instant::now());
                 // Every change received so far is in the store the pass reads.
                 while triggers.try_recv().is_ok() {}
-                shared.node_sync_pass().await;
+                if let Some(after) = shared.node_sync_pass().await {
+                    timer.retry_at(tokio::time::Instant::now() + after);
+                }
             }
             change = triggers.recv() => match change {
                 Some(change) => timer.change(change, tokio::time::Instant::now()),
@@ -128,18 +132,42 @@ impl Reconciler {
         set
     }
 
-    /// One node-sync pass: every load balancer whose eligible host set changed gets one
-    /// `update_load_balancer`, on `workers` parallel workers.
-    pub(super) async fn node_sync_pass(self: &Arc<Self>) {
+    /// One node-sync pass: every load balancer whose eligible host set changed gets its new
+    /// hosts, with one `update_load_balancer` each on `workers` parallel workers, or, when the
+    /// provider offers [`LoadBalancerHostsBatch`], in `update_load_balancer_hosts` calls of up
+    /// to its `max_batch_size` load balancers. Returns the delay after which the pass must run
+    /// again when the provider answered a whole batch with `Retry`.
+    pub(super) async fn node_sync_pass(self: &Arc<Self>) -> Option<Duration> {
         let started = Instant::now();
         let keys = self.entry_keys();
+        let retry = match self.hosts_batch() {
+            Some(batch) => self.batched_node_sync(batch, keys).await,
+            None => {
+                self.single_node_sync(keys).await;
+                None
+            }
+        };
+        ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
+        retry
+    }
+
+    /// The load balancers of `keys` updated with one `update_load_balancer` each, on
+    /// `workers` parallel workers.
+    async fn single_node_sync(self: &Arc<Self>, keys: impl IntoIterator<Item = String>) {
         futures::stream::iter(keys)
             .for_each_concurrent(self.config.workers, |key| {
                 let shared = self.clone();
                 async move { shared.sync_hosts(&key).await }
             })
             .await;
-        ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
+    }
+
+    /// The provider's batch capability, unless it answered `NotImplemented` before.
+    fn hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+        if self.hosts_batch_unsupported.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.ctx.cloud.load_balancer_hosts_batch()
     }
 
     /// Go's `nodeSyncService` + `lockedUpdateLoadBalancerHosts` for one Service.
@@ -149,59 +177,92 @@ impl Reconciler {
         };
         {
             let mut entry = entry.lock().await;
-            self.sync_hosts_locked(key, &mut entry).await;
+            let host_set = self.eligible_hosts();
+            if let Some(service) = self.needs_hosts(key, &entry, &host_set) {
+                self.update_hosts(key, &mut entry, &service, &host_set)
+                    .await;
+            }
         }
         drop(entry);
         self.release(key);
     }
 
-    async fn sync_hosts_locked(&self, key: &str, entry: &mut Entry) {
-        let (Some(handled), Some(last)) = (entry.handled.clone(), entry.last_hosts.clone()) else {
-            return;
+    /// The Service to update when its load balancer's hosts differ from `host_set`: the
+    /// freshest copy, still the one handled and still wanting a load balancer (anything else
+    /// is the service worker's business), not waiting for a `Retry` delay.
+    fn needs_hosts(&self, key: &str, entry: &Entry, host_set: &HostSet) -> Option<Arc<Service>> {
+        let (Some(handled), Some(last)) = (entry.handled.as_ref(), entry.last_hosts.as_ref())
+        else {
+            return None;
         };
         if entry.retry_not_before.is_some_and(|t| Instant::now() < t) {
             // A full sync is queued for when the provider asked to be called again.
-            return;
+            return None;
         }
-        let Some((namespace, name)) = key.split_once('/') else {
-            return;
-        };
-        // The freshest copy; anything but "same Service, still wanting a load balancer" is
-        // the service worker's business.
-        let Some(service) = self.ctx.services.get_namespaced(namespace, name) else {
-            return;
-        };
+        let (namespace, name) = key.split_once('/')?;
+        let service = self.ctx.services.get_namespaced(namespace, name)?;
         if service.metadata.uid != handled.metadata.uid
             || !plan::wants_load_balancer(&service)
             || plan::is_being_deleted(&service)
         {
-            return;
+            return None;
         }
-        let Some(lb) = self.lb() else { return };
-        let host_set = self.eligible_hosts();
-        if Arc::ptr_eq(&last, &host_set.keys)
-            || plan::nodes_sufficiently_equal(&last, &host_set.keys)
+        if Arc::ptr_eq(last, &host_set.keys) || plan::nodes_sufficiently_equal(last, &host_set.keys)
         {
-            return;
+            return None;
         }
-        let hosts: &[Arc<Node>] = &host_set.nodes;
-        let keys = host_set.keys.clone();
-        entry.last_hosts = Some(keys.clone());
+        Some(service)
+    }
+
+    /// One `update_load_balancer` of `service` with `host_set`, and what its answer calls for.
+    async fn update_hosts(
+        &self,
+        key: &str,
+        entry: &mut Entry,
+        service: &Arc<Service>,
+        host_set: &HostSet,
+    ) {
+        let Some(lb) = self.lb() else { return };
+        let last = entry.last_hosts.replace(host_set.keys.clone());
         self.metrics.loadbalancer_sync.inc();
         let started = Instant::now();
-        let result = cloud::update(lb, self.cluster(), &service, hosts).await;
+        let result = cloud::update(lb, self.cluster(), service, &host_set.nodes).await;
         ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
+        self.hosts_updated(key, entry, service, last, host_set, result)
+            .await;
+    }
+
+    /// What follows one load balancer's host update (single or batch): an Event on success, a
+    /// full sync after the provider's delay on `Retry` (the hosts it had are kept, so the sync
+    /// passes the then-current ones), or, on failure of a load balancer that still exists, an
+    /// `UpdateLoadBalancerFailed` Event and a full ensure at once (as Go does).
+    async fn hosts_updated(
+        &self,
+        key: &str,
+        entry: &mut Entry,
+        service: &Service,
+        last: Option<Arc<[HostKey]>>,
+        host_set: &HostSet,
+        result: Result<(), CallError>,
+    ) {
+        let Some(lb) = self.lb() else { return };
+        let retry = |entry: &mut Entry, after: Duration| {
+            self.metrics.nodesync_error.inc();
+            entry.last_hosts = last.clone();
+            entry.retry_not_before = Some(Instant::now() + after);
+            self.queue.add_after(key.to_owned(), after);
+        };
         let error = match result {
             Ok(()) => {
-                if hosts.is_empty() {
+                if host_set.nodes.is_empty() {
                     self.recorder.warning(
-                        &*service,
+                        service,
                         "UnAvailableLoadBalancer",
                         "There are no available nodes for LoadBalancer",
                     );
                 } else {
                     self.recorder.normal(
-                        &*service,
+                        service,
                         "UpdatedLoadBalancer",
                         "Updated load balancer with new hosts",
                     );
@@ -209,28 +270,14 @@ impl Reconciler {
                 return;
             }
             Err(CallError::Elsewhere) => return,
-            Err(CallError::Retry(after)) => {
-                // Retried as a full ensure (which passes the then-current hosts) after exactly
-                // the provider's delay.
-                self.metrics.nodesync_error.inc();
-                entry.last_hosts = Some(last);
-                entry.retry_not_before = Some(Instant::now() + after);
-                self.queue.add_after(key.to_owned(), after);
-                return;
-            }
+            Err(CallError::Retry(after)) => return retry(entry, after),
             Err(CallError::Failed(error)) => error,
         };
         // It is only an error if the load balancer still exists.
-        match cloud::exists(lb, self.cluster(), &service).await {
+        match cloud::exists(lb, self.cluster(), service).await {
             Ok(false) => return,
             Ok(true) => {}
-            Err(CallError::Retry(after)) => {
-                self.metrics.nodesync_error.inc();
-                entry.last_hosts = Some(last);
-                entry.retry_not_before = Some(Instant::now() + after);
-                self.queue.add_after(key.to_owned(), after);
-                return;
-            }
+            Err(CallError::Retry(after)) => return retry(entry, after),
             Err(get_error) => {
                 tracing::warn!(controller = NAME, %key, error = %get_error, "failed to check if load balancer exists");
             }
@@ -238,11 +285,127 @@ impl Reconciler {
         self.metrics.nodesync_error.inc();
         tracing::warn!(controller = NAME, %key, %error, "failed to update load balancer hosts; falling back to a full ensure");
         self.recorder.warning(
-            &*service,
+            service,
             "UpdateLoadBalancerFailed",
-            plan::update_failed_note(&keys, &error.to_string()),
+            plan::update_failed_note(&host_set.keys, &error.to_string()),
         );
         // Falls back to a full ensure of this Service, at once (not rate limited), as Go does.
         self.queue.add(key.to_owned());
     }
+
+    /// A node-sync pass through the provider's [`LoadBalancerHostsBatch`]: the load balancers
+    /// whose hosts differ are locked and updated `max_batch_size` at a time, one batch after
+    /// the other. A `Retry` of a whole batch ends the pass (the load balancers not updated
+    /// keep their old hosts, so the next pass finds them) and returns the provider's delay.
+    async fn batched_node_sync(
+        self: &Arc<Self>,
+        batch: &dyn LoadBalancerHostsBatch,
+        keys: Vec<String>,
+    ) -> Option<Duration> {
+        let max = batch.max_batch_size().max(1);
+        let mut keys = keys.into_iter().peekable();
+        while keys.peek().is_some() {
+            let host_set = self.eligible_hosts();
+            let mut held = Vec::new();
+            for key in keys.by_ref() {
+                let Some(entry) = self.entries().get(&key).cloned() else {
+                    continue;
+                };
+                let entry = entry.lock_owned().await;
+                match self.needs_hosts(&key, &entry, &host_set) {
+                    Some(service) => held.push(Held {
+                        key,
+                        entry,
+                        service,
+                    }),
+                    None => {
+                        drop(entry);
+                        self.release(&key);
+                    }
+                }
+                if held.len() == max {
+                    break;
+                }
+            }
+            if held.is_empty() {
+                break;
+            }
+            let retry = self.update_batch(batch, &mut held, &host_set).await;
+            for Held { key, entry, .. } in held {
+                drop(entry);
+                self.release(&key);
+            }
+            if retry.is_some() {
+                return retry;
+            }
+            if self.hosts_batch_unsupported.load(Ordering::Relaxed) {
+                // The batch answered NotImplemented: the rest of the pass goes out singly.
+                self.single_node_sync(keys).await;
+                return None;
+            }
+        }
+        None
+    }
+
+    /// One `update_load_balancer_hosts` call for the load balancers in `held`, and each one's
+    /// answer handled as its single `update_load_balancer` answer would be.
+    async fn update_batch(
+        &self,
+        batch: &dyn LoadBalancerHostsBatch,
+        held: &mut [Held],
+        host_set: &HostSet,
+    ) -> Option<Duration> {
+        let services: Vec<Arc<Service>> = held.iter().map(|h| h.service.clone()).collect();
+        let started = Instant::now();
+        let answer = batch
+            .update_load_balancer_hosts(self.cluster(), &services, &host_set.nodes)
+            .await;
+        ServiceMetrics::observe(&self.metrics.update_host_latency, started.elapsed());
+        let mut answers = match answer {
+            Ok(answers) => answers,
+            Err(CloudError::Retry { after, message }) => {
+                tracing::info!(controller = NAME, load_balancers = held.len(), ?after, %message, "cloud provider asked to retry the load-balancer batch; the node sync resumes after the delay");
+                return Some(after);
+            }
+            Err(error) => {
+                if matches!(error, CloudError::NotImplemented) {
+                    self.hosts_batch_unsupported.store(true, Ordering::Relaxed);
+                } else {
+                    tracing::warn!(controller = NAME, load_balancers = held.len(), %error, "update_load_balancer_hosts failed; updating these load balancers one by one");
+                }
+                for h in held.iter_mut() {
+                    self.update_hosts(&h.key, &mut h.entry, &h.service, host_set)
+                        .await;
+                }
+                return None;
+            }
+        };
+        for h in held.iter_mut() {
+            let Some(result) = answers.remove(&h.key) else {
+                // Not updated (the contract's rule for a Service missing from the answer).
+                self.update_hosts(&h.key, &mut h.entry, &h.service, host_set)
+                    .await;
+                continue;
+            };
+            self.metrics.loadbalancer_sync.inc();
+            let last = h.entry.last_hosts.replace(host_set.keys.clone());
+            self.hosts_updated(
+                &h.key,
+                &mut h.entry,
+                &h.service,
+                last,
+                host_set,
+                result.map_err(CallError::from),
+            )
+            .await;
+        }
+        None
+    }
+}
+
+/// A load balancer locked for a batch of host updates.
+struct Held {
+    key: String,
+    entry: tokio::sync::OwnedMutexGuard<Entry>,
+    service: Arc<Service>,
 }

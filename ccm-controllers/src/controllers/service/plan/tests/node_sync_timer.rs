@@ -136,3 +136,21 @@ fn removals_alone_keep_the_quiet_window_and_its_deadline() {
     // Quiet window would be 1350 + 200; the burst deadline is 0 + 5 × 200.
     assert_eq!(t.due(), Some(ms(1000)));
 }
+
+#[test]
+fn a_batch_answered_retry_runs_the_pass_again_after_the_delay() {
+    let mut t = timer();
+    assert_eq!(t.due(), None);
+    t.change(HostChange::Addition, ms(0));
+    t.passed(ms(200));
+    // The pass's batch was answered Retry: nothing else pending, yet a pass is due.
+    t.retry_at(ms(3200));
+    assert_eq!(t.due(), Some(ms(3200)));
+    // A removal arriving meanwhile goes out within its base window, earlier.
+    t.change(HostChange::Removal, ms(1000));
+    assert_eq!(t.due(), Some(ms(1200)));
+    // A later retry never postpones an earlier one.
+    t.retry_at(ms(5000));
+    t.passed(ms(1200));
+    assert_eq!(t.due(), None, "the pass covered the retry");
+}
