@@ -1,5 +1,8 @@
 //! Load balancers (hosts, ports, ingress) and the route table.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use ccm_core::{CloudProvider, Route};
 use ccm_testing::fake_cloud::FakeCloud;
 
@@ -141,4 +144,87 @@ async fn track_node_addresses_sets_enable_node_addresses_on_list() {
         .unwrap();
     let listed = routes.list_routes("c").await.unwrap();
     assert!(listed[0].enable_node_addresses);
+}
+
+#[tokio::test]
+async fn hosts_batch_updates_each_load_balancer_as_update_would_in_one_quota_token() {
+    let cloud = FakeCloud::builder()
+        .load_balancer_hosts_batch(true)
+        .max_batch_size(3)
+        .operation_quota("update_load_balancer_hosts", 1.0, 1)
+        .build();
+    let lb = cloud.load_balancer().unwrap();
+    let batch = cloud.load_balancer_hosts_batch().unwrap();
+    assert_eq!(batch.max_batch_size(), 3);
+    let (web, api, none) = (
+        Arc::new(service("ns", "web", UID)),
+        Arc::new(service("ns", "api", UID)),
+        Arc::new(service("ns", "none", UID)),
+    );
+    for svc in [&web, &api] {
+        lb.ensure_load_balancer("c1", svc, &[host("n1")])
+            .await
+            .unwrap();
+    }
+    let answers = batch
+        .update_load_balancer_hosts(
+            "c1",
+            &[web.clone(), api.clone(), none.clone()],
+            &[host("n3"), host("n2")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 3);
+    assert!(answers["ns/web"].is_ok() && answers["ns/api"].is_ok());
+    // A Service without a load balancer gets the error update_load_balancer gives it.
+    let single = lb
+        .update_load_balancer("c1", &none, &[host("n2")])
+        .await
+        .unwrap_err();
+    let batched = answers["ns/none"].as_ref().unwrap_err();
+    assert_eq!(batched.to_string(), single.to_string());
+    let state = cloud.load_balancers();
+    assert_eq!(state["ns/web"].hosts, ["n2", "n3"]);
+    assert_eq!(state["ns/api"].hosts, ["n2", "n3"]);
+    // The call is logged with every Service and the hosts, and cost one token: the next one
+    // is over the quota of 1 call per second.
+    let call = cloud
+        .call_log()
+        .into_iter()
+        .find(|c| c.operation == "update_load_balancer_hosts")
+        .unwrap();
+    assert_eq!(call.services(), ["ns/web", "ns/api", "ns/none"]);
+    assert_eq!(call.hosts().unwrap(), ["n2", "n3"]);
+    let err = batch
+        .update_load_balancer_hosts("c1", &[web.clone()], &[])
+        .await
+        .unwrap_err();
+    assert!(err.retry_after().is_some(), "{err}");
+    assert_eq!(cloud.load_balancers()["ns/web"].hosts, ["n2", "n3"]);
+    // Another cluster's call updates nothing of c1.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let other = batch
+        .update_load_balancer_hosts("c2", &[web.clone()], &[])
+        .await
+        .unwrap();
+    assert!(other["ns/web"].is_err());
+    assert_eq!(cloud.load_balancers()["ns/web"].hosts, ["n2", "n3"]);
+}
+
+#[tokio::test]
+async fn hosts_batch_over_max_batch_size_fails_whole() {
+    let cloud = FakeCloud::builder()
+        .load_balancer_hosts_batch(true)
+        .max_batch_size(1)
+        .build();
+    let batch = cloud.load_balancer_hosts_batch().unwrap();
+    let two = [
+        Arc::new(service("ns", "a", UID)),
+        Arc::new(service("ns", "b", UID)),
+    ];
+    let err = batch
+        .update_load_balancer_hosts("c1", &two, &[])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("max_batch_size 1"), "{err}");
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata,
-    InstancesBatch, InstancesV2, Node,
+    InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerHostsBatch,
+    LoadBalancerStatus, Node, Service,
 };
 use tokio::time::Instant;
 
@@ -365,4 +366,103 @@ async fn timeout_and_retry() {
     assert_eq!(after("a"), Some(MIN_RETRY_AFTER));
     assert_eq!(after("b"), Some(Duration::from_secs(5)));
     assert_eq!(answers["c"].exists(), Some(true));
+}
+
+/// A provider whose `update_load_balancer_hosts` answers every Service `Retry` after 1 ms and
+/// declares a batch size of 0.
+struct LbBatching;
+
+impl CloudProvider for LbBatching {
+    fn provider_name(&self) -> &str {
+        "lb-batching"
+    }
+    fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
+        Some(self)
+    }
+    fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl LoadBalancer for LbBatching {
+    async fn get_load_balancer(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+    ) -> CloudResult<Option<LoadBalancerStatus>> {
+        Ok(None)
+    }
+    async fn ensure_load_balancer(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+        _hosts: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerStatus> {
+        Ok(LoadBalancerStatus::default())
+    }
+    async fn update_load_balancer(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+        _hosts: &[Arc<Node>],
+    ) -> CloudResult<()> {
+        Ok(())
+    }
+    async fn ensure_load_balancer_deleted(
+        &self,
+        _cluster_name: &str,
+        _service: &Service,
+    ) -> CloudResult<()> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LoadBalancerHostsBatch for LbBatching {
+    fn max_batch_size(&self) -> usize {
+        0
+    }
+    async fn update_load_balancer_hosts(
+        &self,
+        _cluster_name: &str,
+        services: &[Arc<Service>],
+        _hosts: &[Arc<Node>],
+    ) -> CloudResult<LoadBalancerHostsAnswers> {
+        Ok(services
+            .iter()
+            .map(|s| {
+                let retry = CloudError::Retry {
+                    after: Duration::from_millis(1),
+                    message: "busy".into(),
+                };
+                (s.metadata.name.clone().unwrap_or_default(), Err(retry))
+            })
+            .collect())
+    }
+}
+
+/// The batch load-balancer call goes through the budget under its own operation, its declared
+/// size of 0 counts as 1, and a per-Service `Retry` is raised to the floor of a whole call's.
+#[tokio::test]
+async fn hosts_batch_is_budgeted_under_its_own_operation() {
+    let metrics = MetricsRegistry::new();
+    let budgeted = BudgetedProvider::new(Arc::new(LbBatching), &BudgetConfig::default(), &metrics);
+    let batch = budgeted.load_balancer_hosts_batch().unwrap();
+    assert_eq!(batch.max_batch_size(), 1);
+    let mut web = Service::default();
+    web.metadata.name = Some("web".into());
+    let answers = batch
+        .update_load_balancer_hosts("c1", &[Arc::new(web)], &[])
+        .await
+        .unwrap();
+    let after = answers["web"].as_ref().unwrap_err().retry_after();
+    assert_eq!(after, Some(MIN_RETRY_AFTER));
+    let text = metrics.encode().unwrap();
+    assert!(
+        text.contains(
+            "cloud_provider_requests_total{operation=\"update_load_balancer_hosts\",result=\"success\"} 1"
+        ),
+        "{text}"
+    );
 }
