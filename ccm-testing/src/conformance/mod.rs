@@ -395,6 +395,17 @@ pub enum Check {
     /// Why: the framework splits lookups into batches of the declared size; a provider that
     /// declares more than its cloud accepts fails every full batch.
     BatchMaxSizeHonoured,
+    /// When the provider offers `LoadBalancerHostsBatch` (with `LoadBalancer`),
+    /// `update_load_balancer_hosts` of the input's Service, whose load balancer exists, answers
+    /// for it (keyed `namespace/name`) what `update_load_balancer` answers: success, after
+    /// which the load balancer still exists and (with [`ConformanceInput::lb_hosts_probe`]) has
+    /// exactly the new hosts, twice with different host sets. `max_batch_size()` is at least 1.
+    ///
+    /// Why: the framework's node sync sends every load balancer's new hosts through the batch
+    /// when it is offered and treats each answer as the single call's; a batch that answers
+    /// success without changing the hosts leaves new Nodes out of every load balancer, and a
+    /// Service missing from the answer costs a single call on every node sync.
+    LoadBalancerHostsBatchAgreesWithUpdate,
 }
 
 impl Check {
@@ -421,6 +432,7 @@ impl Check {
         Check::BatchAgreesWithSingleCalls,
         Check::BatchSameAnswerWhateverTheGrouping,
         Check::BatchMaxSizeHonoured,
+        Check::LoadBalancerHostsBatchAgreesWithUpdate,
     ];
 
     /// The check's snake_case name, as shown in the report.
@@ -457,6 +469,9 @@ impl Check {
             Check::BatchAgreesWithSingleCalls => "batch_agrees_with_single_calls",
             Check::BatchSameAnswerWhateverTheGrouping => "batch_same_answer_whatever_the_grouping",
             Check::BatchMaxSizeHonoured => "batch_max_size_honoured",
+            Check::LoadBalancerHostsBatchAgreesWithUpdate => {
+                "load_balancer_hosts_batch_agrees_with_update"
+            }
         }
     }
 

@@ -6,5 +6,6 @@
 mod batch;
 mod broken;
 mod broken_provider;
+mod load_balancer_batch;
 mod suite;
 mod support;

@@ -20,6 +20,7 @@ async fn fake_cloud_passes_every_check() {
     let cloud = fake()
         .legacy_instances(true)
         .instances_batch(true)
+        .load_balancer_hosts_batch(true)
         .latency(Duration::from_millis(2))
         .build();
     let report = Suite::new(cloud.provider(), input(&cloud)).run().await;
@@ -77,6 +78,7 @@ async fn fake_cloud_passes_on_a_multi_threaded_runtime_with_default_capabilities
             Check::BatchAgreesWithSingleCalls,
             Check::BatchSameAnswerWhateverTheGrouping,
             Check::BatchMaxSizeHonoured,
+            Check::LoadBalancerHostsBatchAgreesWithUpdate,
         ])
     );
     let zones = report.get(Check::ZonesNonEmpty).unwrap();
@@ -109,8 +111,8 @@ async fn checks_can_be_skipped_and_run_one_by_one() {
     assert_eq!(ops, BTreeSet::from(["instance_exists".to_owned()]));
 
     let report = suite.run().await;
-    // Two by the caller, three legacy ones and three batch ones by capability.
-    assert_eq!(report.skipped().count(), 2 + 3 + 3, "{report}");
+    // Two by the caller, three legacy ones and four batch ones by capability.
+    assert_eq!(report.skipped().count(), 2 + 3 + 4, "{report}");
     assert!(
         Check::ALL
             .iter()

@@ -155,3 +155,79 @@ pub(super) async fn delete_checked(ctx: &Ctx<'_>, when: &str) -> Step {
         )),
     }
 }
+
+/// [`Check::LoadBalancerHostsBatchAgreesWithUpdate`](super::super::Check::LoadBalancerHostsBatchAgreesWithUpdate).
+pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
+    let (_, svc) = ctx.lb()?;
+    let batch = ctx
+        .provider()
+        .load_balancer_hosts_batch()
+        .ok_or_else(|| skip("the provider offers no LoadBalancerHostsBatch"))?;
+    if batch.max_batch_size() == 0 {
+        return Err(fail(
+            "max_batch_size() of LoadBalancerHostsBatch to be at least 1",
+            "0",
+        ));
+    }
+    let nodes = ctx.nodes()?;
+    let (first, rest) = nodes.split_at(1);
+    ctx.ensure(first).await?;
+    let cluster = ctx.cluster();
+    let key = service_ref(svc);
+    let services = [Arc::new(svc.clone())];
+    for hosts in [rest, first] {
+        let names: BTreeSet<String> = hosts.iter().map(|n| name_of(n)).collect();
+        let expected = format!("update_load_balancer_hosts of {key} to hosts {names:?} to succeed");
+        // A per-Service Retry is repeated like a Retry of the whole call.
+        let answers = ctx
+            .call_ok("update_load_balancer_hosts", expected.clone(), || async {
+                let answers = batch
+                    .update_load_balancer_hosts(cluster, &services, hosts)
+                    .await?;
+                match answers.get(&key) {
+                    Some(Err(CloudError::Retry { after, message })) => Err(CloudError::Retry {
+                        after: *after,
+                        message: message.clone(),
+                    }),
+                    _ => Ok(answers),
+                }
+            })
+            .await?;
+        match answers.get(&key) {
+            Some(Ok(())) => {}
+            Some(Err(CloudError::ImplementedElsewhere)) => {
+                return Err(skip(
+                    "update_load_balancer_hosts answers ImplementedElsewhere for this Service",
+                ));
+            }
+            Some(Err(e)) => return Err(fail(expected, describe(e))),
+            None => {
+                return Err(fail(
+                    format!(
+                        "update_load_balancer_hosts to answer for {key}, whose load balancer exists (a Service left out of the answer costs a single update_load_balancer on every node sync)"
+                    ),
+                    format!("answers for {:?}", answers.keys().collect::<Vec<_>>()),
+                ));
+            }
+        }
+        if ctx.get_lb().await?.is_none() {
+            return Err(fail(
+                format!(
+                    "get_load_balancer of {key} to still report it after update_load_balancer_hosts"
+                ),
+                "None",
+            ));
+        }
+        if let Some(observed) = probe_hosts(ctx, svc).await
+            && observed.as_ref() != Some(&names)
+        {
+            return Err(fail(
+                format!(
+                    "the load balancer of {key} to have the hosts {names:?} after update_load_balancer_hosts"
+                ),
+                format!("the probe reports {observed:?}"),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -555,5 +555,8 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
             batch::same_answer_whatever_the_grouping(ctx).await
         }
         Check::BatchMaxSizeHonoured => batch::max_size_honoured(ctx).await,
+        Check::LoadBalancerHostsBatchAgreesWithUpdate => {
+            load_balancers::hosts_batch_agrees_with_update(ctx).await
+        }
     }
 }
