@@ -66,6 +66,13 @@ pub const DEFAULT_WORKERS: usize = 100;
 /// period.
 const REFRESH_BATCH_RETRIES: usize = 5;
 
+/// The periodic address refresh spreads its `describe_instances` calls over this fraction of
+/// `--node-status-update-frequency` (30 s of the default 5 minutes): 5,000 Nodes at 100 per
+/// call are 50 calls at 1.7 per second instead of a burst that a cloud's quota answers with
+/// `Retry` in part (docs/performance.md, "steady"). Each Node's addresses are still refreshed
+/// once per period.
+const REFRESH_SPREAD_DIVISOR: u32 = 10;
+
 /// Configuration of the cloud-node controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CloudNodeConfig {
@@ -204,6 +211,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     ctx.cloud.as_ref(),
                     initialised,
                     REFRESH_BATCH_RETRIES,
+                    period / REFRESH_SPREAD_DIVISOR,
                     &ctx.shutdown,
                 )
                 .await;

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use ccm_core::{CloudError, Node};
 use futures::StreamExt;
@@ -89,8 +90,15 @@ impl Reconciler {
         let mut answers = if to_check.is_empty() {
             None
         } else {
-            instance_batch::describe_all(self.ctx.cloud.as_ref(), to_check, 0, &self.ctx.shutdown)
-                .await
+            // At once: a monitor pass decides about deletions now.
+            instance_batch::describe_all(
+                self.ctx.cloud.as_ref(),
+                to_check,
+                0,
+                Duration::ZERO,
+                &self.ctx.shutdown,
+            )
+            .await
         };
         let nodes: Vec<_> = nodes
             .into_iter()

@@ -76,11 +76,16 @@ async fn describe(
 
 /// Looks up `nodes` in calls of at most `max_batch_size` Nodes; `None` when the provider does
 /// not batch (ask with single calls). Every requested Node has an entry in the map (an unknown
-/// one as [`Lookup::Missing`] or [`Lookup::CallFailed`]).
+/// one as [`Lookup::Missing`] or [`Lookup::CallFailed`]), unless `shutdown` fires first.
+///
+/// The calls start evenly over `spread` (call `i` of `n` at `spread × i / n`), so a refresh
+/// that is not urgent never sends its calls as one burst, which a cloud's quota would reject
+/// in part; `Duration::ZERO` sends them at once (at most [`CALLS_IN_FLIGHT`] in flight).
 pub(crate) async fn describe_all(
     cloud: &dyn CloudProvider,
     nodes: Vec<Arc<Node>>,
     retries: usize,
+    spread: Duration,
     shutdown: &CancellationToken,
 ) -> Option<HashMap<String, Lookup>> {
     if !batches(cloud) {
@@ -88,8 +93,17 @@ pub(crate) async fn describe_all(
     }
     let max = cloud.instances_batch()?.max_batch_size();
     let calls = group(nodes, max);
-    let answers = futures::stream::iter(calls)
-        .map(|call| async move { describe(cloud, &call, retries, shutdown).await })
+    let start = tokio::time::Instant::now();
+    let count = calls.len().max(1) as f64;
+    let answers = futures::stream::iter(calls.into_iter().enumerate())
+        .map(|(i, call)| async move {
+            let at = start + spread.mul_f64(i as f64 / count);
+            tokio::select! {
+                () = shutdown.cancelled() => return Vec::new(),
+                () = tokio::time::sleep_until(at) => {}
+            }
+            describe(cloud, &call, retries, shutdown).await
+        })
         .buffer_unordered(CALLS_IN_FLIGHT)
         .collect::<Vec<_>>()
         .await;
@@ -206,3 +220,6 @@ async fn collect(
         });
     }
 }
+
+#[cfg(test)]
+mod tests;
