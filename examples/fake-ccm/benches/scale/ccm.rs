@@ -173,8 +173,14 @@ impl Ccm {
                 "quota:\n  overall: {{per_second: {quota}, burst: {burst}}}\n"
             ));
         }
+        if opts.batch || opts.lb_batch {
+            cloud_config.push_str("capabilities:\n");
+        }
         if opts.batch {
-            cloud_config.push_str("capabilities:\n  instances_batch: true\n");
+            cloud_config.push_str("  instances_batch: true\n");
+        }
+        if opts.lb_batch {
+            cloud_config.push_str("  load_balancer_hosts_batch: true\n");
         }
         if let Some(max) = opts.max_batch_size {
             cloud_config.push_str(&format!("max_batch_size: {max}\n"));

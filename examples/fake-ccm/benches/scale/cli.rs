@@ -72,7 +72,12 @@ pub(crate) struct Cli {
     /// Switch FakeCloud's batch capability (`InstancesBatch`, `describe_instances`) on.
     #[arg(long)]
     pub(crate) batch: bool,
-    /// Most Nodes per `describe_instances` call (FakeCloud's default: 100).
+    /// Switch FakeCloud's batch load-balancer capability (`LoadBalancerHostsBatch`,
+    /// `update_load_balancer_hosts`) on.
+    #[arg(long)]
+    pub(crate) lb_batch: bool,
+    /// Most Nodes per `describe_instances` call and most Services per
+    /// `update_load_balancer_hosts` call (FakeCloud's default: 100).
     #[arg(long)]
     pub(crate) max_batch_size: Option<usize>,
     /// node-ipam: `--cluster-cidr` the node-IPAM controller allocates from.
@@ -115,6 +120,7 @@ pub(crate) struct Opts {
     pub(crate) ccm_wrapper: Option<String>,
     pub(crate) quota: Option<f64>,
     pub(crate) batch: bool,
+    pub(crate) lb_batch: bool,
     pub(crate) max_batch_size: Option<usize>,
     pub(crate) cluster_cidr: String,
     pub(crate) node_cidr_mask_size: u8,
@@ -149,6 +155,7 @@ impl Opts {
             ccm_wrapper: c.ccm_wrapper.clone(),
             quota: c.quota,
             batch: c.batch,
+            lb_batch: c.lb_batch,
             max_batch_size: c.max_batch_size,
             cluster_cidr: c.cluster_cidr.clone(),
             node_cidr_mask_size: c.node_cidr_mask_size,
@@ -188,6 +195,9 @@ impl Opts {
         }
         if self.batch {
             m.insert("batch".into(), json!(true));
+        }
+        if self.lb_batch {
+            m.insert("lb_batch".into(), json!(true));
         }
         if let Some(max) = self.max_batch_size {
             m.insert("max_batch_size".into(), json!(max));
