@@ -196,7 +196,7 @@ async fn hosts_batch_updates_each_load_balancer_as_update_would_in_one_quota_tok
     assert_eq!(call.services(), ["ns/web", "ns/api", "ns/none"]);
     assert_eq!(call.hosts().unwrap(), ["n2", "n3"]);
     let err = batch
-        .update_load_balancer_hosts("c1", &[web.clone()], &[])
+        .update_load_balancer_hosts("c1", std::slice::from_ref(&web), &[])
         .await
         .unwrap_err();
     assert!(err.retry_after().is_some(), "{err}");
@@ -204,7 +204,7 @@ async fn hosts_batch_updates_each_load_balancer_as_update_would_in_one_quota_tok
     // Another cluster's call updates nothing of c1.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let other = batch
-        .update_load_balancer_hosts("c2", &[web.clone()], &[])
+        .update_load_balancer_hosts("c2", std::slice::from_ref(&web), &[])
         .await
         .unwrap();
     assert!(other["ns/web"].is_err());
