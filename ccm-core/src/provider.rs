@@ -484,17 +484,19 @@ pub trait LoadBalancer: Send + Sync {
 /// `update_load_balancer` would have answered for that Service alone, and the framework treats
 /// each answer exactly so: `Ok(())` and [`CloudError::ImplementedElsewhere`] are a success,
 /// [`CloudError::Retry`] retries that Service's load balancer after its delay, any other error
-/// emits `UpdateLoadBalancerFailed` and falls back to a full `ensure_load_balancer` of it.
+/// emits `UpdateLoadBalancerFailed` and falls back to a full `ensure_load_balancer` of it
+/// (unless [`LoadBalancer::get_load_balancer`] then says it no longer exists: nothing to do).
 ///
 /// **A Service missing from the answer was not updated**: the framework updates it in the same
 /// pass with a single `update_load_balancer` call. Entries for Services that were not asked
 /// about are ignored.
 ///
 /// **Errors of the whole call** say that no load balancer was updated:
-/// [`CloudError::Retry`] (the cloud's 429 + Retry-After) delays the whole batch, and the rest of
-/// that node sync, by its `after`; [`CloudError::NotImplemented`] makes the framework use
-/// single `update_load_balancer` calls from then on; any other error makes it update that
-/// batch's load balancers with single calls at once.
+/// [`CloudError::Retry`] (the cloud's 429 + Retry-After) ends that node sync, and the next one
+/// runs after `after` and not before (the Node changes arriving meanwhile wait for it);
+/// [`CloudError::NotImplemented`] makes the framework use single `update_load_balancer` calls
+/// for as long as the controller runs (a restart or a new leader asks again); any other error
+/// makes it update that batch's load balancers with single calls at once.
 ///
 /// **Batch size**: the framework never passes more than
 /// [`max_batch_size`](LoadBalancerHostsBatch::max_batch_size) Services in one call, never the

@@ -33,11 +33,11 @@
 //!   `lb_hostname`; `get_load_balancer` reports it until
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
 //!   `update_load_balancer` replaces the hosts and fails for a load balancer that does not exist.
+//!   A load balancer is reported only to the cluster name that created it.
 //! - **Batched load-balancer updates** (`load_balancer_hosts_batch`, off by default):
 //!   `update_load_balancer_hosts` gives each Service's load balancer the hosts, as
 //!   `update_load_balancer` would (the same error for a missing one), in one call of at most
 //!   `max_batch_size` Services; it costs one quota token.
-//!   A load balancer is reported only to the cluster name that created it.
 //! - **Routes**: a route table. `create_route` names the route `<cluster>-<name_hint>`, or
 //!   `<cluster>-<name_hint>-<cidr with / : . as ->` when that name holds another CIDR (the
 //!   route controller passes one hint, the Node UID, for both families of a dual-stack Node;

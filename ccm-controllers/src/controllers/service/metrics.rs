@@ -21,8 +21,8 @@ pub(crate) struct ServiceMetrics {
     pub(crate) nodesync_error: Counter,
     /// `service_controller_nodesync_latency_seconds`: duration of one node-sync pass.
     pub(crate) nodesync_latency: Histogram,
-    /// `service_controller_update_loadbalancer_host_latency_seconds`: duration of one
-    /// `update_load_balancer` call.
+    /// `service_controller_update_loadbalancer_host_latency_seconds`: duration of one host
+    /// update call: `update_load_balancer`, or `update_load_balancer_hosts` for a batch.
     pub(crate) update_host_latency: Histogram,
 }
 

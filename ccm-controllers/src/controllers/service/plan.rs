@@ -690,13 +690,19 @@ where
         let addition = self
             .first_addition
             .map(|first| first + self.addition_window);
-        [removal, addition, self.retry].into_iter().flatten().min()
+        let changes = [removal, addition].into_iter().flatten().min();
+        match (changes, self.retry) {
+            // The provider asked not to be called before `retry`: the changes meanwhile wait
+            // for it, and the pass at `retry` covers them.
+            (Some(changes), Some(retry)) => Some(changes.max(retry)),
+            (changes, retry) => changes.or(retry),
+        }
     }
 
-    /// The pass that just ran must run again at `at` (the provider answered `Retry` for a
-    /// batch), whatever changes arrive in between.
+    /// The pass that just ran must run again at `at`, and none before (the provider answered
+    /// `Retry` for a batch), whatever changes arrive in between.
     pub(crate) fn retry_at(&mut self, at: I) {
-        self.retry = Some(self.retry.map_or(at, |r| r.min(at)));
+        self.retry = Some(self.retry.map_or(at, |r| r.max(at)));
     }
 
     /// A pass started at `now`: it covers every change recorded so far.

@@ -295,14 +295,18 @@ impl Reconciler {
 
     /// A node-sync pass through the provider's [`LoadBalancerHostsBatch`]: the load balancers
     /// whose hosts differ are locked and updated `max_batch_size` at a time, one batch after
-    /// the other. A `Retry` of a whole batch ends the pass (the load balancers not updated
-    /// keep their old hosts, so the next pass finds them) and returns the provider's delay.
+    /// the other. Only entries nobody holds are batched: one a service worker is busy with (an
+    /// ensure, which passes the then-current hosts itself) must not hold up the others, so it
+    /// gets a single update at the end of the pass, waiting for its lock alone. A `Retry` of a
+    /// whole batch ends the pass (the load balancers not updated keep their old hosts, so the
+    /// next pass finds them) and returns the provider's delay.
     async fn batched_node_sync(
         self: &Arc<Self>,
         batch: &dyn LoadBalancerHostsBatch,
         keys: Vec<String>,
     ) -> Option<Duration> {
         let max = batch.max_batch_size().max(1);
+        let mut busy = Vec::new();
         let mut keys = keys.into_iter().peekable();
         while keys.peek().is_some() {
             let host_set = self.eligible_hosts();
@@ -311,7 +315,10 @@ impl Reconciler {
                 let Some(entry) = self.entries().get(&key).cloned() else {
                     continue;
                 };
-                let entry = entry.lock_owned().await;
+                let Ok(entry) = entry.try_lock_owned() else {
+                    busy.push(key);
+                    continue;
+                };
                 match self.needs_hosts(&key, &entry, &host_set) {
                     Some(service) => held.push(Held {
                         key,
@@ -327,24 +334,37 @@ impl Reconciler {
                     break;
                 }
             }
+            // The hosts as of the call: the Nodes may have changed while the batch was put
+            // together; a load balancer that has them already is left out.
+            let host_set = self.eligible_hosts();
+            let (mut held, current): (Vec<Held>, Vec<Held>) = held
+                .into_iter()
+                .partition(|h| self.needs_hosts(&h.key, &h.entry, &host_set).is_some());
+            self.release_held(current);
             if held.is_empty() {
-                break;
+                continue;
             }
             let retry = self.update_batch(batch, &mut held, &host_set).await;
-            for Held { key, entry, .. } in held {
-                drop(entry);
-                self.release(&key);
-            }
+            self.release_held(held);
             if retry.is_some() {
                 return retry;
             }
             if self.hosts_batch_unsupported.load(Ordering::Relaxed) {
                 // The batch answered NotImplemented: the rest of the pass goes out singly.
-                self.single_node_sync(keys).await;
+                self.single_node_sync(keys.chain(busy)).await;
                 return None;
             }
         }
+        self.single_node_sync(busy).await;
         None
+    }
+
+    /// Unlocks the entries of `held`, dropping those that hold nothing any more.
+    fn release_held(&self, held: Vec<Held>) {
+        for Held { key, entry, .. } in held {
+            drop(entry);
+            self.release(&key);
+        }
     }
 
     /// One `update_load_balancer_hosts` call for the load balancers in `held`, and each one's
@@ -356,6 +376,8 @@ impl Reconciler {
         host_set: &HostSet,
     ) -> Option<Duration> {
         let services: Vec<Arc<Service>> = held.iter().map(|h| h.service.clone()).collect();
+        let attempts = held.len() as u64;
+        self.metrics.loadbalancer_sync.inc_by(attempts);
         let started = Instant::now();
         let answer = batch
             .update_load_balancer_hosts(self.cluster(), &services, &host_set.nodes)
@@ -364,30 +386,32 @@ impl Reconciler {
         let mut answers = match answer {
             Ok(answers) => answers,
             Err(CloudError::Retry { after, message }) => {
+                self.metrics.nodesync_error.inc_by(attempts);
                 tracing::info!(controller = NAME, load_balancers = held.len(), ?after, %message, "cloud provider asked to retry the load-balancer batch; the node sync resumes after the delay");
                 return Some(after);
             }
             Err(error) => {
                 if matches!(error, CloudError::NotImplemented) {
                     self.hosts_batch_unsupported.store(true, Ordering::Relaxed);
+                    tracing::info!(
+                        controller = NAME,
+                        "update_load_balancer_hosts is not implemented; single update_load_balancer calls until the controller restarts"
+                    );
                 } else {
+                    self.metrics.nodesync_error.inc_by(attempts);
                     tracing::warn!(controller = NAME, load_balancers = held.len(), %error, "update_load_balancer_hosts failed; updating these load balancers one by one");
                 }
-                for h in held.iter_mut() {
-                    self.update_hosts(&h.key, &mut h.entry, &h.service, host_set)
-                        .await;
-                }
+                self.update_each(held, host_set).await;
                 return None;
             }
         };
+        let mut left_out = Vec::new();
         for h in held.iter_mut() {
             let Some(result) = answers.remove(&h.key) else {
                 // Not updated (the contract's rule for a Service missing from the answer).
-                self.update_hosts(&h.key, &mut h.entry, &h.service, host_set)
-                    .await;
+                left_out.push(h);
                 continue;
             };
-            self.metrics.loadbalancer_sync.inc();
             let last = h.entry.last_hosts.replace(host_set.keys.clone());
             self.hosts_updated(
                 &h.key,
@@ -399,7 +423,22 @@ impl Reconciler {
             )
             .await;
         }
+        self.update_each(left_out, host_set).await;
         None
+    }
+
+    /// A single `update_load_balancer` for each of `held`, on `workers` parallel workers.
+    async fn update_each<'h>(
+        &self,
+        held: impl IntoIterator<Item = &'h mut Held>,
+        host_set: &HostSet,
+    ) {
+        futures::stream::iter(held)
+            .for_each_concurrent(self.config.workers, |h| async move {
+                self.update_hosts(&h.key, &mut h.entry, &h.service, host_set)
+                    .await;
+            })
+            .await;
     }
 }
 

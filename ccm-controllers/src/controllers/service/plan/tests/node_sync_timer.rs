@@ -138,7 +138,7 @@ fn removals_alone_keep_the_quiet_window_and_its_deadline() {
 }
 
 #[test]
-fn a_batch_answered_retry_runs_the_pass_again_after_the_delay() {
+fn a_batch_answered_retry_runs_the_next_pass_after_the_delay_and_none_before() {
     let mut t = timer();
     assert_eq!(t.due(), None);
     t.change(HostChange::Addition, ms(0));
@@ -146,11 +146,12 @@ fn a_batch_answered_retry_runs_the_pass_again_after_the_delay() {
     // The pass's batch was answered Retry: nothing else pending, yet a pass is due.
     t.retry_at(ms(3200));
     assert_eq!(t.due(), Some(ms(3200)));
-    // A removal arriving meanwhile goes out within its base window, earlier.
+    // A removal arriving meanwhile waits for the provider's delay: the pass then covers it.
     t.change(HostChange::Removal, ms(1000));
-    assert_eq!(t.due(), Some(ms(1200)));
-    // A later retry never postpones an earlier one.
-    t.retry_at(ms(5000));
-    t.passed(ms(1200));
-    assert_eq!(t.due(), None, "the pass covered the retry");
+    assert_eq!(t.due(), Some(ms(3200)));
+    t.passed(ms(3200));
+    assert_eq!(t.due(), None, "the pass covered the removal and the retry");
+    // Changes after the delay go out within their windows again.
+    t.change(HostChange::Removal, ms(4000));
+    assert_eq!(t.due(), Some(ms(4200)));
 }
