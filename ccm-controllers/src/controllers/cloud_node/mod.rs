@@ -199,30 +199,33 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 }
                 let _busy = ctx.activity().begin();
                 let queue_labels = !std::mem::take(&mut first_pass);
-                let nodes = ctx.nodes.list();
-                // With a batching provider, the initialised Nodes' addresses come from
-                // `describe_instances` calls of up to `max_batch_size` Nodes each.
-                let initialised: Vec<_> = nodes
-                    .iter()
-                    .filter(|n| !plan::has_uninitialized_taint(n))
-                    .cloned()
-                    .collect();
-                let mut answers = instance_batch::describe_all(
-                    ctx.cloud.as_ref(),
-                    initialised,
-                    REFRESH_BATCH_RETRIES,
-                    period / REFRESH_SPREAD_DIVISOR,
-                    &ctx.shutdown,
-                )
-                .await;
-                let nodes: Vec<_> = nodes
+                let (initialised, tainted): (Vec<_>, Vec<_>) = ctx
+                    .nodes
+                    .list()
                     .into_iter()
-                    .map(|node| {
-                        let answer = answers.as_mut().and_then(|a| a.remove(&node.name_any()));
-                        (node, answer)
-                    })
-                    .collect();
-                futures::stream::iter(nodes)
+                    .partition(|n| !plan::has_uninitialized_taint(n));
+                let tainted = futures::stream::iter(tainted.into_iter().map(|n| (n, None)));
+                // With a batching provider, the initialised Nodes' addresses come from
+                // `describe_instances` calls of up to `max_batch_size` Nodes each, used as
+                // each call answers (never every Node's answer held at once).
+                let nodes = if instance_batch::batches(ctx.cloud.as_ref()) {
+                    instance_batch::describe_batches(
+                        ctx.cloud.as_ref(),
+                        initialised,
+                        REFRESH_BATCH_RETRIES,
+                        period / REFRESH_SPREAD_DIVISOR,
+                        &ctx.shutdown,
+                    )
+                    .flat_map(futures::stream::iter)
+                    .map(|(node, answer)| (node, Some(answer)))
+                    .chain(tainted)
+                    .boxed()
+                } else {
+                    futures::stream::iter(initialised.into_iter().map(|n| (n, None)))
+                        .chain(tainted)
+                        .boxed()
+                };
+                nodes
                     .take_until(ctx.shutdown.cancelled())
                     .for_each_concurrent(workers, |(node, answer)| {
                         let (shared, queue) = (shared.clone(), queue.clone());

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ccm_core::{CloudError, CloudProvider, Node};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -74,13 +74,49 @@ async fn describe(
     }
 }
 
-/// Looks up `nodes` in calls of at most `max_batch_size` Nodes; `None` when the provider does
-/// not batch (ask with single calls). Every requested Node has an entry in the map (an unknown
-/// one as [`Lookup::Missing`] or [`Lookup::CallFailed`]), unless `shutdown` fires first.
+/// Looks up `nodes` in calls of at most `max_batch_size` Nodes, and yields each call's Nodes
+/// with their answers as the call answers, so that no more than [`CALLS_IN_FLIGHT`] calls'
+/// answers are held at once. Every requested Node comes with an answer (an unknown one as
+/// [`Lookup::Missing`] or [`Lookup::CallFailed`]), unless `shutdown` fires first. For a
+/// provider that [`batches`]; otherwise every Node is answered [`Lookup::Unsupported`].
 ///
 /// The calls start evenly over `spread` (call `i` of `n` at `spread × i / n`), so a refresh
 /// that is not urgent never sends its calls as one burst, which a cloud's quota would reject
 /// in part; `Duration::ZERO` sends them at once (at most [`CALLS_IN_FLIGHT`] in flight).
+pub(crate) fn describe_batches<'a>(
+    cloud: &'a dyn CloudProvider,
+    nodes: Vec<Arc<Node>>,
+    retries: usize,
+    spread: Duration,
+    shutdown: &'a CancellationToken,
+) -> impl Stream<Item = Vec<(Arc<Node>, Lookup)>> + Send + 'a {
+    let max = cloud.instances_batch().map_or(1, |b| b.max_batch_size());
+    let calls = group(nodes, max);
+    let start = tokio::time::Instant::now();
+    let count = calls.len().max(1) as f64;
+    futures::stream::iter(calls.into_iter().enumerate())
+        .map(move |(i, call)| async move {
+            let at = start + spread.mul_f64(i as f64 / count);
+            tokio::select! {
+                () = shutdown.cancelled() => return Vec::new(),
+                () = tokio::time::sleep_until(at) => {}
+            }
+            let mut answers: HashMap<String, Lookup> = describe(cloud, &call, retries, shutdown)
+                .await
+                .into_iter()
+                .collect();
+            call.into_iter()
+                .filter_map(|node| {
+                    let answer = answers.remove(&node_name(&node))?;
+                    Some((node, answer))
+                })
+                .collect()
+        })
+        .buffer_unordered(CALLS_IN_FLIGHT)
+}
+
+/// [`describe_batches`] of `nodes` into one map by Node name; `None` when the provider does
+/// not batch (ask with single calls).
 pub(crate) async fn describe_all(
     cloud: &dyn CloudProvider,
     nodes: Vec<Arc<Node>>,
@@ -91,23 +127,12 @@ pub(crate) async fn describe_all(
     if !batches(cloud) {
         return None;
     }
-    let max = cloud.instances_batch()?.max_batch_size();
-    let calls = group(nodes, max);
-    let start = tokio::time::Instant::now();
-    let count = calls.len().max(1) as f64;
-    let answers = futures::stream::iter(calls.into_iter().enumerate())
-        .map(|(i, call)| async move {
-            let at = start + spread.mul_f64(i as f64 / count);
-            tokio::select! {
-                () = shutdown.cancelled() => return Vec::new(),
-                () = tokio::time::sleep_until(at) => {}
-            }
-            describe(cloud, &call, retries, shutdown).await
-        })
-        .buffer_unordered(CALLS_IN_FLIGHT)
-        .collect::<Vec<_>>()
+    let answers = describe_batches(cloud, nodes, retries, spread, shutdown)
+        .flat_map(futures::stream::iter)
+        .map(|(node, answer)| (node_name(&node), answer))
+        .collect()
         .await;
-    Some(answers.into_iter().flatten().collect())
+    Some(answers)
 }
 
 struct Request {
