@@ -353,9 +353,9 @@ pub enum Check {
     /// Dropping a call's future part-way (the framework's cancellation: shutdown, per-call
     /// timeout) neither panics nor leaves inconsistent state. Every method of every offered
     /// capability is cancelled right after its first poll and after
-    /// [`ConformanceInput::cancel_after`]; then: reads (instance, legacy, zone lookups) answer
-    /// as before; after a cancelled `ensure_load_balancer`, `update_load_balancer` or
-    /// `ensure_load_balancer_deleted`, completed calls still work and an ensure followed by a
+    /// [`ConformanceInput::cancel_after`]; then: reads (instance, batch, legacy, zone lookups) answer
+    /// as before; after a cancelled `ensure_load_balancer`, `update_load_balancer`,
+    /// `update_load_balancer_hosts` or `ensure_load_balancer_deleted`, completed calls still work and an ensure followed by a
     /// delete leaves the load balancer as it was before; after a cancelled `create_route` or
     /// `delete_route`, deleting what is listed leaves no route.
     ///

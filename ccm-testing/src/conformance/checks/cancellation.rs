@@ -93,6 +93,14 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 v2.instance_shutdown(node),
             )
             .await?;
+            if let Some(batch) = ctx.provider().instances_batch() {
+                cancel_after(
+                    after,
+                    "a cancelled describe_instances",
+                    batch.describe_instances(std::slice::from_ref(node)),
+                )
+                .await?;
+            }
             let again = ctx.metadata(v2, node).await?;
             if again != before {
                 return Err(fail(
@@ -208,6 +216,15 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
                 lb.update_load_balancer(cluster, svc, &hosts[..1]),
             )
             .await?;
+            if let Some(batch) = ctx.provider().load_balancer_hosts_batch() {
+                let services = [std::sync::Arc::new(svc.clone())];
+                cancel_after(
+                    after,
+                    "a cancelled update_load_balancer_hosts",
+                    batch.update_load_balancer_hosts(cluster, &services, &hosts[..1]),
+                )
+                .await?;
+            }
             let answer = ctx
                 .call("update_load_balancer", || {
                     lb.update_load_balancer(cluster, svc, hosts)
