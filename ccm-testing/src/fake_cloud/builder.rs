@@ -133,6 +133,12 @@ impl FakeCloudBuilder {
         self
     }
 
+    /// Keep at most the `limit` most recent calls in the call log (`call_log_limit`).
+    pub fn call_log_limit(mut self, limit: usize) -> Self {
+        self.config.call_log_limit = limit;
+        self
+    }
+
     /// Keep the load balancers and routes in this file (`state_file`).
     pub fn state_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.state_file = Some(path.into());

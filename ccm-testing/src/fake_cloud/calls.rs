@@ -139,12 +139,15 @@ impl FakeCloud {
         self.lock().counts.clone()
     }
 
-    /// Every call in the order it was made.
+    /// The calls in the order they were made: every call, or the most recent
+    /// `call_log_limit` (default 10,000) when more were made. [`FakeCloud::call_count`] and
+    /// [`FakeCloud::rejected_count`] count every call whatever the limit.
     pub fn call_log(&self) -> Vec<CallRecord> {
-        self.lock().calls.clone()
+        self.lock().calls.iter().cloned().collect()
     }
 
-    /// The recorded calls of one operation, in the order they were made.
+    /// The recorded calls of one operation, in the order they were made (within the call
+    /// log's limit, see [`FakeCloud::call_log`]).
     pub fn calls_of(&self, op: &str) -> Vec<CallRecord> {
         self.lock()
             .calls
@@ -206,12 +209,20 @@ impl FakeCloud {
             } else {
                 st.quota.admit(op).err()
             };
-            st.calls.push(CallRecord {
-                operation: op.to_owned(),
-                subject: subject.into(),
-                args,
-                rejected: throttled.is_some(),
-            });
+            // Bounded, so that a long-running fake cloud (fake-ccm, the quickstart) does not
+            // grow with every call it answers.
+            let limit = self.inner.config.call_log_limit;
+            if limit > 0 {
+                if st.calls.len() >= limit {
+                    st.calls.pop_front();
+                }
+                st.calls.push_back(CallRecord {
+                    operation: op.to_owned(),
+                    subject: subject.into(),
+                    args,
+                    rejected: throttled.is_some(),
+                });
+            }
             *st.counts.entry(op.to_owned()).or_default() += 1;
             if throttled.is_some() {
                 *st.rejected.entry(op.to_owned()).or_default() += 1;

@@ -49,6 +49,10 @@ pub const OPERATIONS: &[&str] = &[
     "initialize",
 ];
 
+/// Default of [`FakeCloudConfig::call_log_limit`]: enough for any test's assertions, about
+/// 2 MB of records at most.
+pub const DEFAULT_CALL_LOG_LIMIT: usize = 10_000;
+
 /// Whether `op` is one of [`OPERATIONS`].
 pub(crate) fn is_operation(op: &str) -> bool {
     OPERATIONS.contains(&op)
@@ -111,6 +115,9 @@ pub struct FakeCloudConfig {
     pub max_batch_size: usize,
     /// The cloud's API quota: calls per second, overall and per operation. Default none.
     pub quota: QuotaConfig,
+    /// The most recent calls [`FakeCloud::call_log`](super::FakeCloud::call_log) keeps
+    /// (default 10,000; 0 keeps none). The call counts are exact whatever the limit.
+    pub call_log_limit: usize,
     /// When set, the load balancers and routes are kept in this file (JSON), read at start and
     /// rewritten atomically after every change, so the cloud outlives the process. Default
     /// unset (in memory only).
@@ -140,6 +147,7 @@ impl Default for FakeCloudConfig {
             capabilities: Capabilities::default(),
             max_batch_size: 100,
             quota: QuotaConfig::default(),
+            call_log_limit: DEFAULT_CALL_LOG_LIMIT,
             state_file: None,
             faults: BTreeMap::new(),
         }

@@ -103,6 +103,7 @@
 //!     shutdown: true             # exists: false makes it gone
 //!   worker-8: {error: "describe failed"} # every lookup of worker-8 fails
 //! max_batch_size: 50             # most nodes/services per batch call (default 100)
+//! call_log_limit: 1000           # most recent calls kept in the call log (default 10000)
 //! quota:                         # token buckets; a call over quota answers Retry (429)
 //!   overall: {per_second: 20, burst: 20}
 //!   operations:
@@ -205,8 +206,8 @@ use regex::Regex;
 pub use builder::FakeCloudBuilder;
 pub use calls::{CallArgs, CallRecord};
 pub use config::{
-    Capabilities, FakeCloudConfig, FakeCloudConfigError, Fault, NodeAnswer, OPERATIONS,
-    QuotaConfig, Rate,
+    Capabilities, DEFAULT_CALL_LOG_LIMIT, FakeCloudConfig, FakeCloudConfigError, Fault, NodeAnswer,
+    OPERATIONS, QuotaConfig, Rate,
 };
 use faults::arm;
 pub use load_balancers::LoadBalancerState;
@@ -308,7 +309,8 @@ impl HostSets {
 
 #[derive(Default)]
 struct State {
-    calls: Vec<CallRecord>,
+    /// The most recent calls, at most `call_log_limit` of them.
+    calls: std::collections::VecDeque<CallRecord>,
     counts: BTreeMap<String, usize>,
     rejected: BTreeMap<String, usize>,
     quota: quota::Quota,

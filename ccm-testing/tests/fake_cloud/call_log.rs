@@ -112,3 +112,31 @@ async fn concurrent_calls_from_many_tasks_are_all_recorded_and_consistent() {
     assert_eq!(cloud.call_log().len(), 128);
     assert_eq!(cloud.load_balancers().len(), 8);
 }
+
+/// The call log keeps the most recent `call_log_limit` calls, so a long-running fake cloud does
+/// not grow with every call; the counts stay exact.
+#[tokio::test]
+async fn the_call_log_keeps_the_most_recent_calls_and_exact_counts() {
+    let cloud = FakeCloud::builder().call_log_limit(3).build();
+    let v2 = cloud.instances_v2().unwrap();
+    for i in 0..5 {
+        v2.instance_metadata(&node(&format!("n{i}"))).await.unwrap();
+    }
+    let subjects: Vec<String> = cloud.call_log().into_iter().map(|c| c.subject).collect();
+    assert_eq!(subjects, ["n2", "n3", "n4"]);
+    assert_eq!(cloud.calls_of("instance_metadata").len(), 3);
+    assert_eq!(cloud.call_count("instance_metadata"), 5);
+
+    let none = FakeCloud::builder().call_log_limit(0).build();
+    none.instances_v2()
+        .unwrap()
+        .instance_metadata(&node("n1"))
+        .await
+        .unwrap();
+    assert!(none.call_log().is_empty());
+    assert_eq!(none.call_count("instance_metadata"), 1);
+    assert_eq!(
+        FakeCloud::default().config().call_log_limit,
+        ccm_testing::fake_cloud::DEFAULT_CALL_LOG_LIMIT
+    );
+}
