@@ -31,8 +31,10 @@
 //!   Nodes keep joining (`plan::NodeSyncTimer`). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   (`plan::nodes_sufficiently_equal`) exactly one `update_load_balancer`, on
-//!   [`ServiceConfig::workers`] parallel workers. A failed update emits
-//!   `UpdateLoadBalancerFailed` and falls back to a full ensure of that Service.
+//!   [`ServiceConfig::workers`] parallel workers, or, when the provider offers
+//!   [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch), one place in an
+//!   `update_load_balancer_hosts` call of up to `max_batch_size` load balancers. A failed
+//!   update emits `UpdateLoadBalancerFailed` and falls back to a full ensure of that Service.
 //! - **Per-load-balancer ordering**: the service worker and the node-sync pass take the same
 //!   per-Service lock, so no two cloud calls for one load balancer ever run at once.
 //! - **Errors**: [`CloudError::Retry`](ccm_core::CloudError::Retry) from any call (ensure,

@@ -1,6 +1,8 @@
 //! The node-sync side of the service controller: Node changes become node-sync triggers,
 //! the [`NodeSyncTimer`] says when a pass runs, and a pass gives each load balancer whose
-//! eligible hosts changed one `update_load_balancer`.
+//! eligible hosts changed its new hosts: one `update_load_balancer` each, or, with the
+//! provider's [`LoadBalancerHostsBatch`], `max_batch_size` load balancers per
+//! `update_load_balancer_hosts` call.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
