@@ -336,13 +336,20 @@ impl Reconciler {
                     break;
                 }
             }
-            // The hosts as of the call: the Nodes may have changed while the batch was put
-            // together; a load balancer that has them already is left out.
-            let host_set = self.eligible_hosts();
-            let (mut held, current): (Vec<Held>, Vec<Held>) = held
-                .into_iter()
-                .partition(|h| self.needs_hosts(&h.key, &h.entry, &host_set).is_some());
-            self.release_held(current);
+            // The hosts as of the call: when the Nodes changed while the batch was put
+            // together, a load balancer that has the new hosts already is left out (checked
+            // again only then: comparing host sets is O(hosts) per load balancer).
+            let fresh = self.eligible_hosts();
+            let host_set = if fresh.generation == host_set.generation {
+                host_set
+            } else {
+                let current: Vec<Held>;
+                (held, current) = held
+                    .into_iter()
+                    .partition(|h| self.needs_hosts(&h.key, &h.entry, &fresh).is_some());
+                self.release_held(current);
+                fresh
+            };
             if held.is_empty() {
                 continue;
             }
