@@ -97,26 +97,33 @@ pub(super) async fn update_changes_hosts(ctx: &mut Ctx<'_>) -> Step {
                 ));
             }
         }
-        if ctx.get_lb().await?.is_none() {
-            return Err(fail(
-                format!(
-                    "get_load_balancer of {} to still report it after update_load_balancer",
-                    service_ref(svc)
-                ),
-                "None",
-            ));
-        }
-        if let Some(observed) = probe_hosts(ctx, svc).await
-            && observed.as_ref() != Some(&names)
-        {
-            return Err(fail(
-                format!(
-                    "the load balancer of {} to have the hosts {names:?} after update_load_balancer",
-                    service_ref(svc)
-                ),
-                format!("the probe reports {observed:?}"),
-            ));
-        }
+        hosts_took_effect(ctx, svc, &names, "update_load_balancer").await?;
+    }
+    Ok(())
+}
+
+/// After a host update (`call`): the load balancer still exists and, with a probe, has exactly
+/// `names` as hosts.
+async fn hosts_took_effect(
+    ctx: &Ctx<'_>,
+    svc: &Service,
+    names: &BTreeSet<String>,
+    call: &str,
+) -> Step {
+    let key = service_ref(svc);
+    if ctx.get_lb().await?.is_none() {
+        return Err(fail(
+            format!("get_load_balancer of {key} to still report it after {call}"),
+            "None",
+        ));
+    }
+    if let Some(observed) = probe_hosts(ctx, svc).await
+        && observed.as_ref() != Some(names)
+    {
+        return Err(fail(
+            format!("the load balancer of {key} to have the hosts {names:?} after {call}"),
+            format!("the probe reports {observed:?}"),
+        ));
     }
     Ok(())
 }
@@ -210,24 +217,7 @@ pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
                 ));
             }
         }
-        if ctx.get_lb().await?.is_none() {
-            return Err(fail(
-                format!(
-                    "get_load_balancer of {key} to still report it after update_load_balancer_hosts"
-                ),
-                "None",
-            ));
-        }
-        if let Some(observed) = probe_hosts(ctx, svc).await
-            && observed.as_ref() != Some(&names)
-        {
-            return Err(fail(
-                format!(
-                    "the load balancer of {key} to have the hosts {names:?} after update_load_balancer_hosts"
-                ),
-                format!("the probe reports {observed:?}"),
-            ));
-        }
+        hosts_took_effect(ctx, svc, &names, "update_load_balancer_hosts").await?;
     }
     Ok(())
 }
