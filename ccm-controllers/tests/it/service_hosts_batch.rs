@@ -7,10 +7,8 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use ccm_testing::TestCluster;
-use ccm_testing::builders::load_balancer_service;
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
 use ccm_testing::harness::ControllerHarness;
-use ccm_testing::wait::wait_for;
 
 use crate::support::service::*;
 
@@ -25,17 +23,7 @@ async fn batched(
     fake: &FakeCloud,
 ) -> (ControllerHarness, Vec<String>) {
     let running = start(cluster, ns, fake.provider(), test_config()).await;
-    let mut keys = Vec::new();
-    for i in 0..5 {
-        let name = cluster.unique_name(&format!("lb{i}"));
-        let svc = cluster
-            .create(&load_balancer_service(ns, &name).build())
-            .await;
-        wait_for(&services(cluster, ns), &name, TIMEOUT, has_ingress)
-            .await
-            .unwrap();
-        keys.push(key(&svc));
-    }
+    let keys = lb_services(cluster, ns, 5).await;
     (running, keys)
 }
 

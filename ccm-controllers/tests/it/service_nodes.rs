@@ -512,23 +512,6 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
     cluster.cleanup().await;
 }
 
-/// Creates `lbs` LoadBalancer Services and waits until each has its ingress; returns their
-/// keys.
-async fn lb_services(cluster: &TestCluster, ns: &str, lbs: usize) -> Vec<String> {
-    let mut keys = Vec::new();
-    for i in 0..lbs {
-        let name = cluster.unique_name(&format!("lb{i}"));
-        let svc = cluster
-            .create(&load_balancer_service(ns, &name).build())
-            .await;
-        wait_for(&services(cluster, ns), &name, TIMEOUT, has_ingress)
-            .await
-            .unwrap();
-        keys.push(key(&svc));
-    }
-    keys
-}
-
 fn widening(base_ms: u64, max_ms: u64) -> ServiceConfig {
     ServiceConfig {
         workers: 4,

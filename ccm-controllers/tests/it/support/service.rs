@@ -523,3 +523,20 @@ pub(crate) mod plan {
         service.metadata.deletion_timestamp.is_some()
     }
 }
+
+/// Creates `lbs` LoadBalancer Services and waits until each has its ingress; returns their
+/// keys.
+pub(crate) async fn lb_services(cluster: &TestCluster, ns: &str, lbs: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..lbs {
+        let name = cluster.unique_name(&format!("lb{i}"));
+        let svc = cluster
+            .create(&ccm_testing::builders::load_balancer_service(ns, &name).build())
+            .await;
+        ccm_testing::wait::wait_for(&services(cluster, ns), &name, TIMEOUT, has_ingress)
+            .await
+            .unwrap();
+        keys.push(key(&svc));
+    }
+    keys
+}
