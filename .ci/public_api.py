@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Lists the public API of ccm-controllers from rustdoc's JSON and diffs it against the
-checked-in ccm-controllers/public-api.txt, so that a change to what vendors can name is a
-reviewed change to that file.
+"""Lists the public API of each published crate (ccm-core, ccm-controllers, ccm-testing) from
+rustdoc's JSON and diffs it against the checked-in <crate>/public-api.txt, so that a change to
+what vendors can name is a reviewed change to that file (and, through .ci/changelog_check.py,
+comes with a CHANGELOG line).
 
-  .ci/public_api.py          check (exit 1 and print the diff when the API changed)
-  .ci/public_api.py --bless  rewrite ccm-controllers/public-api.txt
+  .ci/public_api.py          check (exit 1 and print the diff when an API changed)
+  .ci/public_api.py --bless  rewrite the <crate>/public-api.txt files
+
+cargo-semver-checks (in .ci/run) decides whether a change is breaking; this listing is the
+readable record of what a vendor can name, one line per item, which a reviewer reads in a diff
+and the changelog check keys on. It does not show signatures: semver-checks covers those.
 
 rustdoc's JSON output is unstable; RUSTC_BOOTSTRAP=1 lets the stable toolchain produce it.
 The list names each public item once, at the path a vendor writes (`ccm_controllers::Builder`),
@@ -18,21 +23,21 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SNAPSHOT = ROOT / "ccm-controllers" / "public-api.txt"
+CRATES = ["ccm-core", "ccm-controllers", "ccm-testing"]
 
 
-def rustdoc_json():
+def rustdoc_json(crate):
     env = dict(os.environ)
     env["RUSTC_BOOTSTRAP"] = "1"
     env.setdefault("K8S_OPENAPI_ENABLED_VERSION", "1.33")
     subprocess.run(
-        ["cargo", "rustdoc", "-q", "-p", "ccm-controllers", "--lib", "--",
+        ["cargo", "rustdoc", "-q", "-p", crate, "--lib", "--",
          "-Z", "unstable-options", "--output-format", "json"],
         check=True, cwd=ROOT, env=env)
     target = pathlib.Path(env.get("CARGO_TARGET_DIR", ROOT / "target"))
     if not target.is_absolute():
         target = ROOT / target
-    with open(target / "doc" / "ccm_controllers.json") as f:
+    with open(target / "doc" / (crate.replace("-", "_") + ".json")) as f:
         return json.load(f)
 
 
@@ -122,7 +127,8 @@ def list_api(doc):
             return
         if kind in ("impl",):
             return
-        lines.add(f"{full} ({kind})")
+        marks = " #[non_exhaustive]" if "non_exhaustive" in item.get("attrs", []) else ""
+        lines.add(f"{full} ({kind}){marks}")
         if kind in ("struct", "enum", "union"):
             members(full, item)
 
@@ -130,23 +136,30 @@ def list_api(doc):
     return sorted(lines)
 
 
-def main():
-    api = list_api(rustdoc_json())
+def check(crate, bless):
+    snapshot = ROOT / crate / "public-api.txt"
+    api = list_api(rustdoc_json(crate))
     text = "".join(line + "\n" for line in api)
-    if "--bless" in sys.argv:
-        SNAPSHOT.write_text(text)
-        print(f"wrote {SNAPSHOT.relative_to(ROOT)} ({len(api)} items)")
-        return 0
-    old = SNAPSHOT.read_text() if SNAPSHOT.exists() else ""
+    if bless:
+        snapshot.write_text(text)
+        print(f"wrote {snapshot.relative_to(ROOT)} ({len(api)} items)")
+        return True
+    old = snapshot.read_text() if snapshot.exists() else ""
     if old == text:
-        print(f"public API unchanged ({len(api)} items)")
-        return 0
+        print(f"public API of {crate} unchanged ({len(api)} items)")
+        return True
     sys.stdout.writelines(difflib.unified_diff(
         old.splitlines(keepends=True), text.splitlines(keepends=True),
-        "ccm-controllers/public-api.txt", "current"))
-    print("\nThe public API of ccm-controllers changed. If that is intended, run "
-          ".ci/public_api.py --bless and commit ccm-controllers/public-api.txt.")
-    return 1
+        f"{crate}/public-api.txt", "current"))
+    print(f"\nThe public API of {crate} changed. If that is intended, run "
+          f".ci/public_api.py --bless, commit {crate}/public-api.txt and add a CHANGELOG.md line.")
+    return False
+
+
+def main():
+    bless = "--bless" in sys.argv
+    ok = [check(crate, bless) for crate in CRATES]
+    return 0 if all(ok) else 1
 
 
 if __name__ == "__main__":

@@ -44,10 +44,11 @@ async fn measure(nodes: usize, latency: Duration, workers: usize) -> Figures {
     let fake = FakeCloud::builder().latency(latency).build();
     let (ctx, mut tasks) =
         ControllerContext::standalone(server.client(), fake.provider(), "kubernetes");
-    let config = CloudNodeConfig {
-        workers,
-        status_update_frequency: Duration::from_secs(3600),
-        ..CloudNodeConfig::default()
+    let config = {
+        let mut config = CloudNodeConfig::default();
+        config.workers = workers;
+        config.status_update_frequency = Duration::from_secs(3600);
+        config
     };
     let controller = tokio::spawn(cloud_node::run(ctx.clone(), config));
     // Let the controller sync its (empty) informer before the nodes arrive.

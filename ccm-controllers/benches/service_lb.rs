@@ -164,13 +164,11 @@ async fn time_to_ingress(latency: Duration, workers: usize) -> Duration {
     let setup = setup(latency).await;
     let client = setup.server.client();
     let started = Instant::now();
-    let running = start(
-        &setup,
-        ServiceConfig {
-            workers,
-            ..ServiceConfig::default()
-        },
-    );
+    let running = start(&setup, {
+        let mut config = ServiceConfig::default();
+        config.workers = workers;
+        config
+    });
     poll_until(async || all_have_ingress(&client).await).await;
     let took = started.elapsed();
     stop(running).await;

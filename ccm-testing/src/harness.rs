@@ -55,9 +55,9 @@ use std::time::Duration;
 use ccm_controllers::controllers::{cloud_node, node_lifecycle, route, service};
 use ccm_controllers::options::Options;
 use ccm_controllers::{
-    Backoff, BudgetConfig, BudgetedProvider, ContextParams, ControllerContext, ControllerEntry,
-    ControllerError, DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, InformerScope, MetricsRegistry,
-    NoArgs, StartArgs, WorkQueueMetrics, builtin_controllers, parse_flags,
+    Backoff, BudgetedProvider, ContextParams, ControllerContext, ControllerEntry, ControllerError,
+    DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, InformerScope, MetricsRegistry, NoArgs, StartArgs,
+    WorkQueueMetrics, builtin_controllers, parse_flags,
 };
 use ccm_core::{CloudProvider, InitContext};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Service};
@@ -251,11 +251,7 @@ impl HarnessBuilder {
 
         // The runtime's steps once leading (`LeadEnv::lead`), in its order.
         let metrics = MetricsRegistry::new();
-        let budget = BudgetConfig {
-            rate_limit: options.budget.cloud_api_qps.zip(options.cloud_api_burst()),
-            timeout: options.cloud_api_timeout(),
-        };
-        let budgeted = BudgetedProvider::new(self.cloud, &budget, &metrics);
+        let budgeted = BudgetedProvider::new(self.cloud, &options.budget_config(), &metrics);
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
         let work = CancellationToken::new();
         let (events, event_writer) =

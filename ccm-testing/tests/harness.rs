@@ -212,13 +212,11 @@ async fn stop_returns_the_error_of_a_controller_that_ended_early() {
     let (cluster, _run, scope) = setup().await;
     let harness = ControllerHarness::builder(&cluster, FakeCloud::default().provider())
         .controller(cloud_node::NAME, |ctx, _| {
-            cloud_node::run(
-                ctx,
-                CloudNodeConfig {
-                    workers: 0,
-                    ..CloudNodeConfig::default()
-                },
-            )
+            cloud_node::run(ctx, {
+                let mut config = CloudNodeConfig::default();
+                config.workers = 0;
+                config
+            })
         })
         .scope(scope)
         .start()

@@ -62,6 +62,7 @@ pub use self::node_ipam::NodeIpamArgs;
 pub use self::route::RouteControllerArgs;
 pub use self::service::ServiceControllerArgs;
 pub use self::serving::ServingArgs;
+use crate::machinery::budget::BudgetConfig;
 use crate::machinery::go_syntax::format_go_duration;
 
 /// A path flag; empty is accepted (and means "not set", as in Go).
@@ -604,5 +605,14 @@ impl Options {
     /// `--cloud-api-timeout`, `None` when `0s`.
     pub fn cloud_api_timeout(&self) -> Option<Duration> {
         Some(self.budget.cloud_api_timeout).filter(|d| !d.is_zero())
+    }
+
+    /// The cloud-call budget these flags ask for (`--cloud-api-qps`, `--cloud-api-burst`,
+    /// `--cloud-api-timeout`).
+    pub fn budget_config(&self) -> BudgetConfig {
+        BudgetConfig {
+            rate_limit: self.budget.cloud_api_qps.zip(self.cloud_api_burst()),
+            timeout: self.cloud_api_timeout(),
+        }
     }
 }

@@ -20,7 +20,7 @@ use super::health::{self, Health};
 use super::lead::{LeadEnv, LeaseLabel, ManagedLabels, elect_and_lead};
 use super::leader::LeaderState;
 use super::logging::init_logging;
-use crate::machinery::budget::{BudgetConfig, BudgetedProvider};
+use crate::machinery::budget::BudgetedProvider;
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::options::controllers::{ControllerSelection, KnownController};
 use crate::options::{LoggingArgs, Options};
@@ -333,11 +333,7 @@ fn wrap_in_budget(
     options: &Options,
     metrics: &MetricsRegistry,
 ) -> Arc<BudgetedProvider> {
-    let budget_config = BudgetConfig {
-        rate_limit: options.budget.cloud_api_qps.zip(options.cloud_api_burst()),
-        timeout: options.cloud_api_timeout(),
-    };
-    BudgetedProvider::new(provider, &budget_config, metrics)
+    BudgetedProvider::new(provider, &options.budget_config(), metrics)
 }
 
 /// The gauges of Go's controller manager: which controllers run, and whether this process

@@ -25,10 +25,11 @@ use crate::support::node::{TIMEOUT, Test, addresses, has_taint, quiet_cloud_node
 /// The lifecycle controller, checking every 200 ms and deleting on the first "gone" answer
 /// (Go's rule): the strictest setting for a Node that must not be deleted.
 fn strict_lifecycle_config() -> NodeLifecycleConfig {
-    NodeLifecycleConfig {
-        monitor_period: Duration::from_millis(200),
-        deletion_grace_period: Duration::ZERO,
-        ..NodeLifecycleConfig::default()
+    {
+        let mut config = NodeLifecycleConfig::default();
+        config.monitor_period = Duration::from_millis(200);
+        config.deletion_grace_period = Duration::ZERO;
+        config
     }
 }
 
@@ -255,13 +256,11 @@ async fn the_periodic_address_refresh_asks_in_batches() {
     }
     fake.reset_calls();
     let running = t
-        .run_cloud_node(
-            fake.provider(),
-            CloudNodeConfig {
-                status_update_frequency: Duration::from_millis(500),
-                ..CloudNodeConfig::default()
-            },
-        )
+        .run_cloud_node(fake.provider(), {
+            let mut config = CloudNodeConfig::default();
+            config.status_update_frequency = Duration::from_millis(500);
+            config
+        })
         .await;
     for (name, want) in names.iter().zip(&expected) {
         wait_for(&t.nodes, name, TIMEOUT, |n: &Node| addresses(n) == *want)

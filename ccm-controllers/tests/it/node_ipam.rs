@@ -37,11 +37,12 @@ impl Running {
 }
 
 fn config(clusters: &[&str], masks: &[u8], services: &[&str]) -> NodeIpamConfig {
-    NodeIpamConfig {
-        cluster_cidrs: clusters.iter().map(|c| c.parse().unwrap()).collect(),
-        node_mask_sizes: masks.to_vec(),
-        service_cidrs: services.iter().map(|c| c.parse().unwrap()).collect(),
-        ..NodeIpamConfig::default()
+    {
+        let mut config = NodeIpamConfig::default();
+        config.cluster_cidrs = clusters.iter().map(|c| c.parse().unwrap()).collect();
+        config.node_mask_sizes = masks.to_vec();
+        config.service_cidrs = services.iter().map(|c| c.parse().unwrap()).collect();
+        config
     }
 }
 

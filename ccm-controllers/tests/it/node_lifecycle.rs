@@ -32,10 +32,11 @@ fn has_shutdown_taint(node: &Node) -> bool {
 }
 
 fn fast(grace: Duration) -> NodeLifecycleConfig {
-    NodeLifecycleConfig {
-        monitor_period: Duration::from_millis(200),
-        deletion_grace_period: grace,
-        ..NodeLifecycleConfig::default()
+    {
+        let mut config = NodeLifecycleConfig::default();
+        config.monitor_period = Duration::from_millis(200);
+        config.deletion_grace_period = grace;
+        config
     }
 }
 
@@ -164,14 +165,12 @@ async fn zero_grace_period_deletes_on_the_first_answer_like_go() {
     t.create(&t.initialized_node(&name).not_ready().build())
         .await;
     let running = t
-        .run_lifecycle(
-            fake.provider(),
-            NodeLifecycleConfig {
-                monitor_period: Duration::from_secs(3600),
-                deletion_grace_period: Duration::ZERO,
-                ..NodeLifecycleConfig::default()
-            },
-        )
+        .run_lifecycle(fake.provider(), {
+            let mut config = NodeLifecycleConfig::default();
+            config.monitor_period = Duration::from_secs(3600);
+            config.deletion_grace_period = Duration::ZERO;
+            config
+        })
         .await;
     // One pass only (the next is an hour away): one answer deletes.
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
@@ -421,13 +420,11 @@ async fn checks_run_in_parallel_with_a_bound() {
             .await;
     }
     let running = t
-        .run_lifecycle(
-            probe.clone(),
-            NodeLifecycleConfig {
-                workers: 3,
-                ..fast(Duration::ZERO)
-            },
-        )
+        .run_lifecycle(probe.clone(), {
+            let mut config = fast(Duration::ZERO);
+            config.workers = 3;
+            config
+        })
         .await;
     calls_reach(&probe.fake, "instance_exists", 12).await;
     let max = probe.max_in_flight.load(Ordering::SeqCst);
@@ -440,24 +437,20 @@ async fn checks_run_in_parallel_with_a_bound() {
 async fn invalid_configuration_is_refused() {
     let t = Test::start().await;
     let err = t
-        .lifecycle_refusal(
-            FakeCloud::default().provider(),
-            NodeLifecycleConfig {
-                workers: 0,
-                ..NodeLifecycleConfig::default()
-            },
-        )
+        .lifecycle_refusal(FakeCloud::default().provider(), {
+            let mut config = NodeLifecycleConfig::default();
+            config.workers = 0;
+            config
+        })
         .await;
     assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("workers"), "{err}");
     let err = t
-        .lifecycle_refusal(
-            FakeCloud::default().provider(),
-            NodeLifecycleConfig {
-                monitor_period: Duration::ZERO,
-                ..NodeLifecycleConfig::default()
-            },
-        )
+        .lifecycle_refusal(FakeCloud::default().provider(), {
+            let mut config = NodeLifecycleConfig::default();
+            config.monitor_period = Duration::ZERO;
+            config
+        })
         .await;
     assert!(err.to_string().contains("--node-monitor-period"), "{err}");
 

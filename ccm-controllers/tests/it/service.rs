@@ -561,15 +561,11 @@ async fn run_refuses_a_provider_without_load_balancers_and_zero_workers() {
         ),
         "{err}"
     );
-    let running = start(
-        &cluster,
-        &ns,
-        FakeCloud::default().provider(),
-        ServiceConfig {
-            workers: 0,
-            ..ServiceConfig::default()
-        },
-    )
+    let running = start(&cluster, &ns, FakeCloud::default().provider(), {
+        let mut config = ServiceConfig::default();
+        config.workers = 0;
+        config
+    })
     .await;
     let err = running.stop().await.unwrap_err();
     assert!(

@@ -290,10 +290,13 @@ async fn random_churn_with_crashes_and_cloud_failures_converges_without_leaks() 
     let names: Vec<String> = (0..12)
         .map(|i| cluster.unique_name(&format!("c{i}")))
         .collect();
-    let config = ccm_controllers::controllers::service::ServiceConfig {
-        workers: 3,
-        node_sync_window: Duration::from_millis(100),
-        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
+    let config = {
+        let mut config = ccm_controllers::controllers::service::ServiceConfig::default();
+        config.workers = 3;
+        config.node_sync_window = Duration::from_millis(100);
+        config.node_sync_max_window =
+            ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW;
+        config
     };
     let mut running = Some(start(&cluster, &ns, fake.provider(), config.clone()).await);
     for round in 0..60 {

@@ -178,10 +178,13 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
     let fake = FakeCloud::default();
     let node = cluster.unique_name("n");
     create_node(&cluster, &node).await;
-    let config = ServiceConfig {
-        workers: 2,
-        node_sync_window: Duration::from_millis(100),
-        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
+    let config = {
+        let mut config = ServiceConfig::default();
+        config.workers = 2;
+        config.node_sync_window = Duration::from_millis(100);
+        config.node_sync_max_window =
+            ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW;
+        config
     };
     let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     let name = cluster.unique_name("web");
@@ -464,10 +467,13 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let config = ServiceConfig {
-        workers: 8,
-        node_sync_window: Duration::from_millis(50),
-        node_sync_max_window: ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW,
+    let config = {
+        let mut config = ServiceConfig::default();
+        config.workers = 8;
+        config.node_sync_window = Duration::from_millis(50);
+        config.node_sync_max_window =
+            ccm_controllers::controllers::service::DEFAULT_NODE_SYNC_MAX_WINDOW;
+        config
     };
     let (running, probe) = start_probed(&cluster, &ns, &fake, config).await;
     probe.set_latency(Duration::from_millis(30));
@@ -513,10 +519,12 @@ async fn service_and_node_work_never_overlap_for_one_load_balancer() {
 }
 
 fn widening(base_ms: u64, max_ms: u64) -> ServiceConfig {
-    ServiceConfig {
-        workers: 4,
-        node_sync_window: Duration::from_millis(base_ms),
-        node_sync_max_window: Duration::from_millis(max_ms),
+    {
+        let mut config = ServiceConfig::default();
+        config.workers = 4;
+        config.node_sync_window = Duration::from_millis(base_ms);
+        config.node_sync_max_window = Duration::from_millis(max_ms);
+        config
     }
 }
 
@@ -615,10 +623,12 @@ async fn nodes_joining_every_two_seconds_widen_the_default_window() {
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
-    let config = ServiceConfig {
-        workers: 4,
-        node_sync_window: DEFAULT_NODE_SYNC_WINDOW,
-        node_sync_max_window: DEFAULT_NODE_SYNC_MAX_WINDOW,
+    let config = {
+        let mut config = ServiceConfig::default();
+        config.workers = 4;
+        config.node_sync_window = DEFAULT_NODE_SYNC_WINDOW;
+        config.node_sync_max_window = DEFAULT_NODE_SYNC_MAX_WINDOW;
+        config
     };
     assert_eq!(
         (config.node_sync_window, config.node_sync_max_window),

@@ -153,11 +153,12 @@ async fn route_reconciles_once_for_nodes_existing_at_start() {
     )
     .await;
     let fake = FakeCloud::default();
-    let config = RouteConfig {
-        cluster_cidrs: route::parse_cluster_cidrs("10.201.0.0/16").unwrap(),
-        reconciliation_period: Duration::from_secs(3600),
-        debounce: Duration::from_millis(100),
-        ..RouteConfig::default()
+    let config = {
+        let mut config = RouteConfig::default();
+        config.cluster_cidrs = route::parse_cluster_cidrs("10.201.0.0/16").unwrap();
+        config.reconciliation_period = Duration::from_secs(3600);
+        config.debounce = Duration::from_millis(100);
+        config
     };
     // Scoped to this test's Nodes on every cluster (the harness of `support::node`): the route
     // controller writes a condition on every Node it sees.
@@ -193,9 +194,10 @@ async fn lifecycle_checks_a_node_existing_at_start_once_per_pass() {
     )
     .await;
     let fake = FakeCloud::default();
-    let config = NodeLifecycleConfig {
-        monitor_period: Duration::from_secs(3600),
-        ..NodeLifecycleConfig::default()
+    let config = {
+        let mut config = NodeLifecycleConfig::default();
+        config.monitor_period = Duration::from_secs(3600);
+        config
     };
     let running = t.run_lifecycle(fake.provider(), config).await;
     let checked = eventually(TIMEOUT, || async {

@@ -81,6 +81,7 @@ pub type LbHostsProbe =
 
 /// What the suite needs to know about the cloud under test.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ConformanceInput {
     /// The cluster name passed to every load-balancer and route call.
     pub cluster_name: String,

@@ -67,6 +67,7 @@ pub(crate) fn is_operation(op: &str) -> bool {
 /// [module documentation](super).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct FakeCloudConfig {
     /// Delay added to every call before it takes effect, in milliseconds (default 0).
     pub latency_ms: u64,
@@ -234,6 +235,7 @@ pub struct NodeAnswer {
 /// `initialize` is never limited.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct QuotaConfig {
     /// The limit on all calls together.
     pub overall: Option<Rate>,

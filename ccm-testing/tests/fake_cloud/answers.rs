@@ -427,9 +427,10 @@ async fn batch_is_off_by_default_and_limited_to_max_batch_size() {
         .unwrap_err();
     assert!(err.to_string().contains("max_batch_size 2"), "{err}");
     assert!(
-        FakeCloud::try_new(FakeCloudConfig {
-            max_batch_size: 0,
-            ..FakeCloudConfig::default()
+        FakeCloud::try_new({
+            let mut config = FakeCloudConfig::default();
+            config.max_batch_size = 0;
+            config
         })
         .is_err()
     );
@@ -478,9 +479,10 @@ async fn a_second_cloud_on_the_same_state_file_sees_the_load_balancers_and_route
     assert_eq!(names, ["state.json"]);
 
     // A new process (here: a new FakeCloud) starts from the file.
-    let second = FakeCloud::try_new(FakeCloudConfig {
-        state_file: Some(path.clone()),
-        ..FakeCloudConfig::default()
+    let second = FakeCloud::try_new({
+        let mut config = FakeCloudConfig::default();
+        config.state_file = Some(path.clone());
+        config
     })
     .unwrap();
     assert_eq!(second.state(), saved);
@@ -518,9 +520,10 @@ async fn a_second_cloud_on_the_same_state_file_sees_the_load_balancers_and_route
 async fn an_unreadable_state_file_is_an_error_and_never_overwritten() {
     let path = temp_state_file("corrupt");
     std::fs::write(&path, b"{not json").unwrap();
-    let config = FakeCloudConfig {
-        state_file: Some(path.clone()),
-        ..FakeCloudConfig::default()
+    let config = {
+        let mut config = FakeCloudConfig::default();
+        config.state_file = Some(path.clone());
+        config
     };
     let err = FakeCloud::try_new(config.clone()).unwrap_err();
     assert!(matches!(err, FakeCloudConfigError::StateFile(_)));

@@ -75,6 +75,7 @@ const REFRESH_SPREAD_DIVISOR: u32 = 10;
 
 /// Configuration of the cloud-node controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CloudNodeConfig {
     /// `--concurrent-node-syncs`: nodes initialised in parallel. Default
     /// [`DEFAULT_WORKERS`]; zero is an error.

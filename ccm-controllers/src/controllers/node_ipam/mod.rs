@@ -70,6 +70,7 @@ pub const DEFAULT_WORKERS: usize = 30;
 /// Configuration of the node-IPAM controller (from `--cluster-cidr`, the node mask flags,
 /// `--service-cluster-ip-range` and `--cidr-allocator-type`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeIpamConfig {
     /// The cluster CIDRs: one, or one IPv4 and one IPv6.
     pub cluster_cidrs: Vec<IpNet>,

@@ -55,6 +55,7 @@ pub const DEFAULT_WORKERS: usize = 20;
 
 /// Configuration of the node-lifecycle controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeLifecycleConfig {
     /// `--node-monitor-period`: time between two passes over the NotReady Nodes. Default 5 s;
     /// zero is an error.

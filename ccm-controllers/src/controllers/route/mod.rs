@@ -72,6 +72,7 @@ const CONDITION_WRITERS: usize = 16;
 
 /// The route controller's configuration.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RouteConfig {
     /// `--cluster-cidr`: one CIDR, or one IPv4 and one IPv6 (see [`parse_cluster_cidrs`]).
     /// The controller deletes only routes inside these. Required: empty is a configuration

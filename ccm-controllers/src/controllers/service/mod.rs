@@ -103,6 +103,7 @@ pub const DEFAULT_NODE_SYNC_WINDOW: Duration = Duration::from_secs(1);
 
 /// Configuration of the service controller.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServiceConfig {
     /// `--concurrent-service-syncs`: Services synced in parallel, and load balancers updated in
     /// parallel by a node-sync pass. Must be at least 1 (Go silently accepts 0 and then never

@@ -73,6 +73,7 @@ pub const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// What the budget enforces.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     /// `(qps, burst)` of the token bucket; `None` is unlimited.
     pub rate_limit: Option<(f64, u32)>,

@@ -209,14 +209,12 @@ async fn periodic_refresh_updates_addresses_of_initialized_nodes() {
     )
     .await;
     let running = t
-        .run_cloud_node(
-            fake.provider(),
-            CloudNodeConfig {
-                status_update_frequency: Duration::from_millis(500),
-                status_update_workers: 2,
-                ..CloudNodeConfig::default()
-            },
-        )
+        .run_cloud_node(fake.provider(), {
+            let mut config = CloudNodeConfig::default();
+            config.status_update_frequency = Duration::from_millis(500);
+            config.status_update_workers = 2;
+            config
+        })
         .await;
     wait_for(&t.nodes, &name, TIMEOUT, |n: &Node| {
         addresses(n) == expected

@@ -28,13 +28,11 @@ async fn nodes_are_initialized_in_parallel() {
         t.create(&t.registered_node(n).build()).await;
     }
     let running = t
-        .run_cloud_node(
-            probe.clone(),
-            CloudNodeConfig {
-                workers: 4,
-                ..quiet_cloud_node_config()
-            },
-        )
+        .run_cloud_node(probe.clone(), {
+            let mut config = quiet_cloud_node_config();
+            config.workers = 4;
+            config
+        })
         .await;
     for n in &names {
         t.wait_initialized(n).await;
@@ -49,24 +47,20 @@ async fn nodes_are_initialized_in_parallel() {
 async fn zero_workers_and_missing_capabilities_are_refused() {
     let t = Test::start().await;
     let err = t
-        .cloud_node_refusal(
-            FakeCloud::default().provider(),
-            CloudNodeConfig {
-                workers: 0,
-                ..CloudNodeConfig::default()
-            },
-        )
+        .cloud_node_refusal(FakeCloud::default().provider(), {
+            let mut config = CloudNodeConfig::default();
+            config.workers = 0;
+            config
+        })
         .await;
     assert!(matches!(err, ControllerError::Config { .. }), "{err:?}");
     assert!(err.to_string().contains("--concurrent-node-syncs"), "{err}");
     let err = t
-        .cloud_node_refusal(
-            FakeCloud::default().provider(),
-            CloudNodeConfig {
-                status_update_frequency: Duration::ZERO,
-                ..CloudNodeConfig::default()
-            },
-        )
+        .cloud_node_refusal(FakeCloud::default().provider(), {
+            let mut config = CloudNodeConfig::default();
+            config.status_update_frequency = Duration::ZERO;
+            config
+        })
         .await;
     assert!(
         err.to_string().contains("--node-status-update-frequency"),

@@ -87,10 +87,11 @@ async fn node_lifecycle_table() {
             )],
         },
     ];
-    let config = NodeLifecycleConfig {
-        monitor_period: Duration::from_millis(50),
-        deletion_grace_period: Duration::from_millis(200),
-        ..NodeLifecycleConfig::default()
+    let config = {
+        let mut config = NodeLifecycleConfig::default();
+        config.monitor_period = Duration::from_millis(50);
+        config.deletion_grace_period = Duration::from_millis(200);
+        config
     };
     for case in cases {
         let cluster = TestCluster::start().await;

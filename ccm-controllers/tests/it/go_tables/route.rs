@@ -112,12 +112,12 @@ async fn route_table() {
             writes: vec![],
         },
     ];
-    let config = RouteConfig {
-        cluster_cidrs: route::parse_cluster_cidrs("10.244.0.0/16").unwrap(),
-        // Only the start-up reconcile and the ones Node changes trigger.
-        reconciliation_period: Duration::from_secs(3600),
-        debounce: Duration::from_millis(10),
-        ..RouteConfig::default()
+    let config = {
+        let mut config = RouteConfig::default();
+        config.cluster_cidrs = route::parse_cluster_cidrs("10.244.0.0/16").unwrap();
+        config.reconciliation_period = Duration::from_secs(3600);
+        config.debounce = Duration::from_millis(10);
+        config
     };
     for case in cases {
         let cluster = TestCluster::start().await;

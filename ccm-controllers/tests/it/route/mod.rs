@@ -52,15 +52,14 @@ const TEST_BACKOFF: Backoff = Backoff {
 };
 
 fn test_config(cluster_cidrs: &str) -> RouteConfig {
-    RouteConfig {
-        cluster_cidrs: route::parse_cluster_cidrs(cluster_cidrs).unwrap(),
-        // Long: tests show the watch path works without the periodic reconcile, unless they
-        // set a shorter period themselves.
-        reconciliation_period: Duration::from_secs(3600),
-        debounce: Duration::from_millis(100),
-        create_retry_backoff: TEST_BACKOFF,
-        reconcile_retry_backoff: TEST_BACKOFF,
-        ..RouteConfig::default()
+    {
+        let mut config = RouteConfig::default();
+        config.cluster_cidrs = route::parse_cluster_cidrs(cluster_cidrs).unwrap();
+        config.reconciliation_period = Duration::from_secs(3600);
+        config.debounce = Duration::from_millis(100);
+        config.create_retry_backoff = TEST_BACKOFF;
+        config.reconcile_retry_backoff = TEST_BACKOFF;
+        config
     }
 }
 

@@ -179,9 +179,10 @@ async fn set_addresses(h: &RouteTest, node: &str, addresses: Vec<NodeAddress>) {
 
 #[tokio::test]
 async fn address_change_recreates_the_route_when_the_provider_tracks_addresses() {
-    let fake = FakeCloud::new(FakeCloudConfig {
-        track_node_addresses: true,
-        ..FakeCloudConfig::default()
+    let fake = FakeCloud::new({
+        let mut config = FakeCloudConfig::default();
+        config.track_node_addresses = true;
+        config
     });
     let h = RouteTest::start(fake.clone(), test_config(&cidr(107))).await;
     let node = h.node("moving", &["10.107.1.0/24"]).await;

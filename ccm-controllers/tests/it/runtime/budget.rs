@@ -68,9 +68,11 @@ async fn cloud_qps_limit_holds_under_a_burst() {
     let metrics = MetricsRegistry::new();
     let budgeted = BudgetedProvider::new(
         inner.clone(),
-        &BudgetConfig {
-            rate_limit: Some((5.0, 3)),
-            timeout: None,
+        &{
+            let mut config = BudgetConfig::default();
+            config.rate_limit = Some((5.0, 3));
+            config.timeout = None;
+            config
         },
         &metrics,
     );
@@ -126,9 +128,11 @@ async fn budget_timeout_retry_and_capabilities() {
     let slow = recorder(Duration::from_secs(600), || Ok(()));
     let budgeted = BudgetedProvider::new(
         slow,
-        &BudgetConfig {
-            rate_limit: None,
-            timeout: Some(Duration::from_secs(30)),
+        &{
+            let mut config = BudgetConfig::default();
+            config.rate_limit = None;
+            config.timeout = Some(Duration::from_secs(30));
+            config
         },
         &metrics,
     );

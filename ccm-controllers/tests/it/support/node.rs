@@ -217,9 +217,10 @@ impl Test {
 
 /// A cloud-node configuration whose periodic refresh stays out of the way.
 pub(crate) fn quiet_cloud_node_config() -> CloudNodeConfig {
-    CloudNodeConfig {
-        status_update_frequency: Duration::from_secs(3600),
-        ..CloudNodeConfig::default()
+    {
+        let mut config = CloudNodeConfig::default();
+        config.status_update_frequency = Duration::from_secs(3600);
+        config
     }
 }
 

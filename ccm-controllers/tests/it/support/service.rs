@@ -288,10 +288,12 @@ pub(crate) fn key(service: &Service) -> String {
 
 /// A test configuration: small window, a few workers.
 pub(crate) fn test_config() -> ServiceConfig {
-    ServiceConfig {
-        workers: 4,
-        node_sync_window: Duration::from_millis(300),
-        node_sync_max_window: Duration::from_millis(1200),
+    {
+        let mut config = ServiceConfig::default();
+        config.workers = 4;
+        config.node_sync_window = Duration::from_millis(300);
+        config.node_sync_max_window = Duration::from_millis(1200);
+        config
     }
 }
 
