@@ -37,54 +37,17 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 /// Every crate path a line names, as its first two segments (`machinery::context`,
 /// `controllers::node`, `options`), following `crate::{a, b::c}` groups one level deep.
 fn crate_paths(code: &str, continued_group: &mut Option<String>) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
-    let mut push = |path: &str| {
-        let segments: Vec<String> = path
-            .split("::")
-            .map(|s| s.trim().trim_start_matches('{').trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .take(2)
-            .collect();
-        if !segments.is_empty() {
-            found.push(segments);
-        }
-    };
-    let mut rest = code;
-    if let Some(group) = continued_group.as_mut() {
-        // Inside a multi-line `use crate::{ ... }`.
-        let end = rest.find('}').unwrap_or(rest.len());
-        group.push_str(&rest[..end]);
-        if end < rest.len() {
-            for item in std::mem::take(group).split(',') {
-                push(item);
-            }
-            *continued_group = None;
-        }
-        return found;
-    }
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // e.g. `ccm_core::crate::`, never in practice, or `$crate::`
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            match group.find('}') {
-                Some(end) => {
-                    for item in group[..end].split(',') {
-                        push(item);
-                    }
-                }
-                None => *continued_group = Some(group.to_owned()),
-            }
-        } else {
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            push(&rest[..end]);
-        }
-    }
-    found
+    module_paths(code, "crate::", continued_group)
+        .into_iter()
+        .map(|path| {
+            path.split("::")
+                .filter(|s| !s.is_empty())
+                .take(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|segments| !segments.is_empty())
+        .collect()
 }
 
 /// Imports that break the layering and are known, each with the reason; the list only shrinks.
@@ -306,28 +269,32 @@ fn no_source_file_is_over_800_lines_unless_it_says_why() {
 }
 
 /// Every module path a line names through `prefix` (`crate::`, `super::`, `self::`), whole
-/// (`runtime::builder::Builder`), following `prefix{a, b::c}` groups one level deep (a group
-/// opened on this line and closed on a later one is continued through `continued_group`).
+/// (`runtime::builder::Builder`), following groups (`prefix{a, b::c}`, `prefix a::{b, c}`) one
+/// level deep; a group opened on this line and closed on a later one is continued through
+/// `continued_group` (its path, a NUL, what was read of it).
 fn module_paths(code: &str, prefix: &str, continued_group: &mut Option<String>) -> Vec<String> {
+    let is_path = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
     let mut found = Vec::new();
-    let mut push = |item: &str| {
-        let item: String = item
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
-            .collect();
-        if !item.is_empty() {
-            found.push(item);
+    // An item of a group under `head`; a nested `x::{y` counts as `x::y`.
+    let mut push_group = |head: &str, items: &str| {
+        for item in items.split(',') {
+            let item: String = item
+                .trim()
+                .chars()
+                .take_while(|c| is_path(*c) || *c == '{')
+                .filter(|c| *c != '{')
+                .collect();
+            if !item.is_empty() {
+                found.push(format!("{head}{item}"));
+            }
         }
     };
     let mut rest = code;
-    if let Some(group) = continued_group.as_mut() {
-        let end = rest.find('}').unwrap_or(rest.len());
-        group.push_str(&rest[..end]);
-        if end < rest.len() {
-            for item in std::mem::take(group).split(',') {
-                push(item.trim());
-            }
-            *continued_group = None;
+    if let Some(group) = continued_group.take() {
+        let (head, read) = group.split_once('\u{0}').unwrap_or(("", &group));
+        match rest.find('}') {
+            Some(end) => push_group(head, &format!("{read}{}", &rest[..end])),
+            None => *continued_group = Some(format!("{group}{rest}")),
         }
         return found;
     }
@@ -337,13 +304,14 @@ fn module_paths(code: &str, prefix: &str, continued_group: &mut Option<String>) 
         if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
             continue;
         }
-        if let Some(group) = rest.strip_prefix('{') {
-            match group.find('}') {
-                Some(end) => group[..end].split(',').for_each(|i| push(i.trim())),
-                None => *continued_group = Some(group.to_owned()),
-            }
-        } else {
-            push(rest);
+        let head_len = rest.find(|c: char| !is_path(c)).unwrap_or(rest.len());
+        let head = &rest[..head_len];
+        match rest[head_len..].strip_prefix('{') {
+            Some(group) => match group.find('}') {
+                Some(end) => push_group(head, &group[..end]),
+                None => *continued_group = Some(format!("{head}\u{0}{group}")),
+            },
+            None => push_group("", head),
         }
     }
     found
@@ -511,4 +479,33 @@ fn the_cycle_finder_finds_cycles() {
     assert!(find_cycle(&graph(&[("a", "b"), ("b", "a")])).is_some());
     assert!(find_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])).is_some());
     assert!(find_cycle(&graph(&[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])).is_none());
+}
+
+/// The path reader follows groups, nested ones and ones spread over lines.
+#[test]
+fn module_paths_follow_groups() {
+    let mut group = None;
+    let one = |code: &str, group: &mut Option<String>| module_paths(code, "crate::", group);
+    assert_eq!(
+        one(
+            "use crate::machinery::{context, events::EventRecorder};",
+            &mut group
+        ),
+        ["machinery::context", "machinery::events::EventRecorder"]
+    );
+    assert_eq!(
+        one("let x = crate::runtime::builtin::table();", &mut group),
+        ["runtime::builtin::table"]
+    );
+    assert!(one("use crate::{", &mut group).is_empty());
+    assert!(one("    options::Options,", &mut group).is_empty());
+    assert_eq!(
+        one("    runtime::start::Exit };", &mut group),
+        ["options::Options", "runtime::start::Exit"]
+    );
+    assert_eq!(group, None);
+    assert_eq!(
+        module_paths("use super::start::{Exit, fail};", "super::", &mut group),
+        ["start::Exit", "start::fail"]
+    );
 }
