@@ -12,7 +12,8 @@ use rand::Rng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::apiserver::ApiServer;
+use crate::apiserver::{ApiServer, ApiServerBuilder};
+use crate::shared_lock::{ClusterLock, LockMode};
 
 /// The environment variable naming a kubeconfig of a real cluster to test against.
 pub const KUBECONFIG_ENV: &str = "CCM_TEST_KUBECONFIG";
@@ -47,6 +48,9 @@ pub struct TestCluster {
     /// The kubeconfig path of a real cluster (for the cleanup on drop).
     kubeconfig: Option<String>,
     created: Mutex<Vec<Created>>,
+    /// On a real cluster: the shared or exclusive hold on it, released on drop (after the
+    /// cleanup of what is left).
+    lock: Option<ClusterLock>,
 }
 
 impl Debug for TestCluster {
@@ -54,6 +58,7 @@ impl Debug for TestCluster {
         f.debug_struct("TestCluster")
             .field("server", &self.server)
             .field("real", &self.is_real())
+            .field("lock", &self.lock)
             .finish_non_exhaustive()
     }
 }
@@ -66,37 +71,80 @@ impl TestCluster {
     /// If `$CCM_TEST_KUBECONFIG` is set but the kubeconfig cannot be read or used (the message
     /// names the path and the error).
     pub async fn start() -> TestCluster {
+        TestCluster::start_with(ApiServer::builder()).await
+    }
+
+    /// As [`start`](Self::start), with an in-process server of chosen behaviours (e.g.
+    /// `ApiServer::builder().not_ready_taint(false)`, docs/testing.md lists them). A real
+    /// cluster (`$CCM_TEST_KUBECONFIG`) keeps its own admission: a test whose assertion
+    /// depends on a behaviour turned off checks [`is_real`](Self::is_real) and skips that part.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub async fn start_with(server: ApiServerBuilder) -> TestCluster {
+        TestCluster::start_as(server, LockMode::Shared).await
+    }
+
+    /// As [`start`](Self::start), for a test whose assertion depends on the whole cluster,
+    /// e.g. on every Node in it (the service controller puts every eligible Node of the
+    /// cluster into each load balancer, so a test counting load-balancer updates sees other
+    /// tests' Nodes join). In-process, every test has its own server and this is `start()`.
+    /// On a real cluster it waits until no other `TestCluster` of any test process on this
+    /// machine uses that cluster, and keeps them out until it drops: every `TestCluster` on
+    /// a real cluster holds a shared lock, this one an exclusive lock (a file lock in the
+    /// temp directory, named after the cluster's URL; writers go first, so it does not
+    /// starve). Test processes on other machines are not covered.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), or when the lock file cannot be opened or locked.
+    pub async fn start_exclusive() -> TestCluster {
+        TestCluster::start_as(ApiServer::builder(), LockMode::Exclusive).await
+    }
+
+    async fn start_as(server: ApiServerBuilder, mode: LockMode) -> TestCluster {
         match std::env::var(KUBECONFIG_ENV) {
-            Ok(path) if !path.is_empty() => TestCluster::from_kubeconfig(&path).await,
+            Ok(path) if !path.is_empty() => TestCluster::real(&path, mode).await,
             _ => {
-                let server = ApiServer::start().await;
+                let server = server.start().await;
                 TestCluster {
                     client: server.client(),
                     server: Some(server),
                     kubeconfig: None,
                     created: Mutex::new(Vec::new()),
+                    lock: None,
                 }
             }
         }
     }
 
     /// Uses the (real) cluster of the kubeconfig at `path`, as [`start`](Self::start) does when
-    /// `$CCM_TEST_KUBECONFIG` is set.
+    /// `$CCM_TEST_KUBECONFIG` is set (with its shared lock).
     ///
     /// # Panics
     ///
     /// If the kubeconfig cannot be read or used (the message names the path and the error).
-    #[allow(clippy::panic)] // test harness: a broken test setup must stop the test loudly
     pub async fn from_kubeconfig(path: &str) -> TestCluster {
-        let client = match real_client(path).await {
+        TestCluster::real(path, LockMode::Shared).await
+    }
+
+    #[allow(clippy::panic)] // test harness: a broken test setup must stop the test loudly
+    async fn real(path: &str, mode: LockMode) -> TestCluster {
+        let (client, url) = match real_client(path).await {
             Ok(c) => c,
             Err(e) => panic!("kubeconfig {path}: {e}"),
+        };
+        let lock = match ClusterLock::acquire(&url, mode).await {
+            Ok(lock) => lock,
+            Err(e) => panic!("TestCluster: locking the cluster {url}: {e}"),
         };
         TestCluster {
             client,
             server: None,
             kubeconfig: Some(path.to_string()),
             created: Mutex::new(Vec::new()),
+            lock: Some(lock),
         }
     }
 
@@ -232,7 +280,7 @@ impl Drop for TestCluster {
             };
             rt.block_on(async move {
                 match real_client(&path).await {
-                    Ok(client) => delete_all(&client, created).await,
+                    Ok((client, _)) => delete_all(&client, created).await,
                     Err(e) => tracing::warn!(error = %e, "TestCluster drop: no client for cleanup"),
                 }
             });
@@ -240,6 +288,7 @@ impl Drop for TestCluster {
         if cleaner.join().is_err() {
             tracing::warn!("TestCluster drop: the cleanup thread panicked");
         }
+        // `self.lock` is released after this cleanup: fields drop after `drop` returns.
     }
 }
 
@@ -275,9 +324,13 @@ fn dynamic_api(client: &kube::Client, ar: &ApiResource, ns: Option<&str>) -> Api
     }
 }
 
-async fn real_client(path: &str) -> Result<kube::Client, Box<dyn std::error::Error + Send + Sync>> {
+/// A client for the kubeconfig at `path`, and the cluster's URL.
+async fn real_client(
+    path: &str,
+) -> Result<(kube::Client, String), Box<dyn std::error::Error + Send + Sync>> {
     let kubeconfig = Kubeconfig::read_from(path)?;
     let config =
         kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(kube::Client::try_from(config)?)
+    let url = config.cluster_url.to_string();
+    Ok((kube::Client::try_from(config)?, url))
 }

@@ -65,6 +65,7 @@ pub mod conformance;
 pub mod fake_cloud;
 pub mod harness;
 pub mod logging;
+mod shared_lock;
 pub mod wait;
 
 pub use cluster::{KUBECONFIG_ENV, TestCluster};

@@ -92,3 +92,88 @@ pub fn capture(directives: &str) -> TestLog {
 pub struct TestLog {
     _guard: tracing::subscriber::DefaultGuard,
 }
+
+/// Records the logs of the current thread at `directives` (as [`capture`]) into memory, so a
+/// test can assert what was logged, until the returned guard drops. Plain text, one line per
+/// event with its fields (`tracing-subscriber`'s default format, no colours). See the
+/// [module docs](self) for what "the current thread" covers: use it in a current-thread
+/// `#[tokio::test]`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let log = ccm_testing::logging::record("warn");
+/// tracing::warn!(object = "default/web", "SyncLoadBalancerFailed: no capacity");
+/// tracing::info!("not recorded at warn");
+/// assert!(log.contains("SyncLoadBalancerFailed: no capacity"));
+/// assert_eq!(log.lines_containing("default/web").len(), 1);
+/// assert!(!log.contains("not recorded"));
+/// # }
+/// ```
+///
+/// # Panics
+///
+/// When `directives` is not a valid filter.
+#[allow(clippy::panic)] // test helper: a misspelt filter must stop the test loudly
+pub fn record(directives: &str) -> RecordedLog {
+    let filter = match EnvFilter::try_new(directives) {
+        Ok(f) => f,
+        Err(e) => panic!("logging::record: {directives:?} is not a valid filter: {e}"),
+    };
+    let buffer = LogBuffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    RecordedLog {
+        buffer,
+        _guard: tracing::subscriber::set_default(subscriber),
+    }
+}
+
+/// What [`record`] has recorded so far; recording ends when it drops.
+#[derive(Debug)]
+#[must_use = "the recording of `record` ends when this guard drops"]
+pub struct RecordedLog {
+    buffer: LogBuffer,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl RecordedLog {
+    /// Everything recorded so far.
+    pub fn text(&self) -> String {
+        let bytes = crate::apiserver::lock_ignoring_poison(&self.buffer.0);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Whether a recorded line contains `needle`.
+    pub fn contains(&self, needle: &str) -> bool {
+        self.text().contains(needle)
+    }
+
+    /// The recorded lines that contain `needle`.
+    pub fn lines_containing(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The shared buffer [`record`] writes into.
+#[derive(Debug, Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::apiserver::lock_ignoring_poison(&self.0).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -9,6 +9,11 @@
 //! queue is full the Event is dropped, as client-go drops it (`DropIfChannelFull`): counted in
 //! `event_recorder_events_total{result="dropped"}` and logged (at most one warning every 10 s).
 //!
+//! Every Warning is also logged at WARN when it is recorded, with the component, the object,
+//! the reason and the note (which carries the error), at most once per [`WARN_LOG_INTERVAL`]
+//! per component, object and reason (the next line says how many were not logged), so a
+//! failing object shows in `kubectl logs` without flooding it (`events/warn_log.rs`).
+//!
 //! # Correlation
 //!
 //! Before writing, the writer correlates each Event as client-go's `EventCorrelator` does (see
@@ -71,6 +76,7 @@
 //! once and that is given up on this way counts as `failed`; an Event never (fully) attempted
 //! counts as `dropped`, as do the Events still queued.
 mod correlator;
+mod warn_log;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -93,6 +99,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::machinery::metrics::MetricsRegistry;
 use correlator::{Correlated, Correlator, Write};
+pub use warn_log::WARN_LOG_INTERVAL;
 
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
 pub(crate) const DEFAULT_QUEUE_CAPACITY: usize = 1000;
@@ -163,6 +170,8 @@ struct Shared {
     capacity: usize,
     counts: Family<ResultLabel, Counter>,
     drop_log: Mutex<LogLimiter>,
+    /// Every Warning Event is also logged, rate-limited per object (`warn_log.rs`).
+    warnings: warn_log::WarningLog,
 }
 
 impl Shared {
@@ -238,6 +247,7 @@ impl EventBroadcaster {
             capacity,
             counts,
             drop_log: Mutex::new(LogLimiter::default()),
+            warnings: warn_log::WarningLog::default(),
         });
         let writer = EventWriter {
             rx,
@@ -316,11 +326,17 @@ impl EventRecorder {
     }
 
     /// Queues a `Warning` event on `object`; never waits (see the module documentation).
+    /// Also logs it at WARN with the object and the note, at most once per
+    /// [`WARN_LOG_INTERVAL`] per object and reason (see the module documentation).
     pub fn warning<K>(&self, object: &K, reason: &str, note: impl Into<String>)
     where
         K: Resource<DynamicType = ()>,
     {
-        self.enqueue(object, EventType::Warning, reason, note.into());
+        let note = note.into();
+        self.shared
+            .warnings
+            .log(&self.component, &object.object_ref(&()), reason, &note);
+        self.enqueue(object, EventType::Warning, reason, note);
     }
 
     fn enqueue<K>(&self, object: &K, type_: EventType, reason: &str, note: String)

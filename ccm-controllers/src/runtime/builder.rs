@@ -13,7 +13,6 @@ use clap::{Args, Command, FromArgMatches};
 use super::entry::{ControllerEntry, NoArgs, StartArgs};
 use super::logging::init_logging;
 use super::runtime_args;
-use super::start::Exit;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::options::LoggingArgs;
@@ -279,10 +278,8 @@ where
     /// Runs on the current tokio runtime until shutdown; returns the exit code (0 after a
     /// graceful shutdown, non-zero on a startup error or a lost lease).
     pub async fn run_async(self) -> i32 {
-        match self.start().await {
-            Ok(code) => code,
-            Err(Exit(code)) => code,
-        }
+        // `start.rs` holds the startup steps; it imports this file, never the other way.
+        self.start().await
     }
 
     pub(super) fn command(&self) -> Result<Command, String> {

@@ -27,10 +27,10 @@ use crate::options::{LoggingArgs, Options};
 use crate::secure_serving::{self, SecureServer};
 
 /// An early exit with this code (the reason is already logged).
-pub(super) struct Exit(pub(super) i32);
+struct Exit(i32);
 
 /// Logs `message` as an error; the exit code of a startup error.
-pub(super) fn fail(message: std::fmt::Arguments<'_>) -> Exit {
+fn fail(message: std::fmt::Arguments<'_>) -> Exit {
     tracing::error!("{message}");
     Exit(1)
 }
@@ -39,8 +39,16 @@ impl<V> Builder<V>
 where
     V: Args + FromArgMatches + Send + Sync + 'static,
 {
-    /// Starts the process and runs it until shutdown; returns the exit code.
-    pub(super) async fn start(mut self) -> Result<i32, Exit> {
+    /// Starts the process and runs it until shutdown; returns the exit code (0 after a
+    /// graceful shutdown, non-zero on a startup error or a lost lease).
+    pub(super) async fn start(self) -> i32 {
+        match self.try_start().await {
+            Ok(code) | Err(Exit(code)) => code,
+        }
+    }
+
+    /// [`Builder::start`], with an early exit as an error.
+    async fn try_start(mut self) -> Result<i32, Exit> {
         let (options, vendor) = self.parse_command_line()?;
         start_logging(&options, self.version);
         validate_options(&options)?;

@@ -1,6 +1,6 @@
 //! Keeps the layout of `ARCHITECTURE.md` from rotting: reads `src/` and fails on an import that
-//! points back up a layer or across controllers, on I/O in a `plan.rs`, and on a runtime
-//! dependency of ccm-core.
+//! points back up a layer or across controllers, on an import cycle between files (inside a
+//! layer too), on I/O in a `plan.rs`, and on a runtime dependency of ccm-core.
 //!
 //! Layers, top to bottom (a file may import its own layer and the layers below it):
 //! `lib.rs` → `runtime/` → `options/` → `controllers/<name>/` and `secure_serving/` →
@@ -37,54 +37,17 @@ fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 /// Every crate path a line names, as its first two segments (`machinery::context`,
 /// `controllers::node`, `options`), following `crate::{a, b::c}` groups one level deep.
 fn crate_paths(code: &str, continued_group: &mut Option<String>) -> Vec<Vec<String>> {
-    let mut found = Vec::new();
-    let mut push = |path: &str| {
-        let segments: Vec<String> = path
-            .split("::")
-            .map(|s| s.trim().trim_start_matches('{').trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .take(2)
-            .collect();
-        if !segments.is_empty() {
-            found.push(segments);
-        }
-    };
-    let mut rest = code;
-    if let Some(group) = continued_group.as_mut() {
-        // Inside a multi-line `use crate::{ ... }`.
-        let end = rest.find('}').unwrap_or(rest.len());
-        group.push_str(&rest[..end]);
-        if end < rest.len() {
-            for item in std::mem::take(group).split(',') {
-                push(item);
-            }
-            *continued_group = None;
-        }
-        return found;
-    }
-    while let Some(at) = rest.find("crate::") {
-        let before = rest[..at].chars().last();
-        rest = &rest[at + "crate::".len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-            continue; // e.g. `ccm_core::crate::`, never in practice, or `$crate::`
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            match group.find('}') {
-                Some(end) => {
-                    for item in group[..end].split(',') {
-                        push(item);
-                    }
-                }
-                None => *continued_group = Some(group.to_owned()),
-            }
-        } else {
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-                .unwrap_or(rest.len());
-            push(&rest[..end]);
-        }
-    }
-    found
+    module_paths(code, "crate::", continued_group)
+        .into_iter()
+        .map(|path| {
+            path.split("::")
+                .filter(|s| !s.is_empty())
+                .take(2)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|segments| !segments.is_empty())
+        .collect()
 }
 
 /// Imports that break the layering and are known, each with the reason; the list only shrinks.
@@ -302,5 +265,247 @@ fn no_source_file_is_over_800_lines_unless_it_says_why() {
         too_long.is_empty(),
         "split these files by concern, or say why in a comment containing {LONG_FILE_REASON:?}:\n{}",
         too_long.join("\n")
+    );
+}
+
+/// Every module path a line names through `prefix` (`crate::`, `super::`, `self::`), whole
+/// (`runtime::builder::Builder`), following groups (`prefix{a, b::c}`, `prefix a::{b, c}`) one
+/// level deep; a group opened on this line and closed on a later one is continued through
+/// `continued_group` (its path, a NUL, what was read of it).
+fn module_paths(code: &str, prefix: &str, continued_group: &mut Option<String>) -> Vec<String> {
+    let is_path = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let mut found = Vec::new();
+    // An item of a group under `head`; a nested `x::{y` counts as `x::y`.
+    let mut push_group = |head: &str, items: &str| {
+        for item in items.split(',') {
+            let item: String = item
+                .trim()
+                .chars()
+                .take_while(|c| is_path(*c) || *c == '{')
+                .filter(|c| *c != '{')
+                .collect();
+            if !item.is_empty() {
+                found.push(format!("{head}{item}"));
+            }
+        }
+    };
+    let mut rest = code;
+    if let Some(group) = continued_group.take() {
+        let (head, read) = group.split_once('\u{0}').unwrap_or(("", &group));
+        match rest.find('}') {
+            Some(end) => push_group(head, &format!("{read}{}", &rest[..end])),
+            None => *continued_group = Some(format!("{group}{rest}")),
+        }
+        return found;
+    }
+    while let Some(at) = rest.find(prefix) {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$') {
+            continue;
+        }
+        let head_len = rest.find(|c: char| !is_path(c)).unwrap_or(rest.len());
+        let head = &rest[..head_len];
+        match rest[head_len..].strip_prefix('{') {
+            Some(group) => match group.find('}') {
+                Some(end) => push_group(head, &group[..end]),
+                None => *continued_group = Some(format!("{head}\u{0}{group}")),
+            },
+            None => push_group("", head),
+        }
+    }
+    found
+}
+
+/// The source file (relative to `src/`) a module path names: the deepest `a/b.rs` or
+/// `a/b/mod.rs` that exists along it (the rest are items), `None` for the crate root.
+fn module_file(src: &Path, segments: &[&str]) -> Option<String> {
+    let mut found = None;
+    for depth in 1..=segments.len() {
+        let dir = segments[..depth].join("/");
+        if src.join(format!("{dir}.rs")).is_file() {
+            found = Some(format!("{dir}.rs"));
+        } else if src.join(&dir).join("mod.rs").is_file() {
+            found = Some(format!("{dir}/mod.rs"));
+        } else {
+            break;
+        }
+    }
+    found
+}
+
+/// The module path of a file under `src/` (`runtime/builder.rs` → `runtime::builder`,
+/// `machinery/budget/mod.rs` → `machinery::budget`).
+fn module_of(relative: &str) -> Vec<String> {
+    let trimmed = relative.trim_end_matches(".rs");
+    let mut segments: Vec<String> = trimmed.split('/').map(str::to_owned).collect();
+    if segments.last().is_some_and(|s| s == "mod" || s == "lib") {
+        segments.pop();
+    }
+    segments
+}
+
+/// The file that declares the module of `relative` (`runtime/builder.rs` → `runtime/mod.rs`,
+/// `controllers/service/sync/node_sync.rs` → `controllers/service/sync.rs`).
+fn parent_file(src: &Path, relative: &str) -> Option<String> {
+    let own = module_of(relative);
+    let parent: Vec<&str> = own
+        .iter()
+        .take(own.len().saturating_sub(1))
+        .map(String::as_str)
+        .collect();
+    if own.is_empty() {
+        None
+    } else if parent.is_empty() {
+        Some("lib.rs".to_owned())
+    } else {
+        module_file(src, &parent)
+    }
+}
+
+/// The file-to-file import graph of `src/`: who names whom through `crate::`, `super::` or
+/// `self::`. An import between a module and its own submodule (either way) is left out: a
+/// parent declares its children and re-exports from them, and a child uses its parent's items,
+/// by Rust's layout rather than by choice; the cycles that matter are among siblings and
+/// across folders.
+fn import_graph(src: &Path, files: &[PathBuf]) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut graph = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for file in files {
+        let relative = file
+            .strip_prefix(src)
+            .expect("under src")
+            .to_string_lossy()
+            .replace('\\', "/");
+        let own = module_of(&relative);
+        let parent = &own[..own.len().saturating_sub(1)];
+        let own_parent = parent_file(src, &relative);
+        let text = std::fs::read_to_string(file).expect("read source");
+        let mut edges = Vec::new();
+        for (prefix, base) in [
+            ("crate::", &[][..]),
+            ("super::", parent),
+            ("self::", &own[..]),
+        ] {
+            let mut group = None;
+            for (_, code) in code_lines(&text) {
+                for path in module_paths(code, prefix, &mut group) {
+                    let mut segments: Vec<&str> = base.iter().map(String::as_str).collect();
+                    segments.extend(path.split("::").filter(|s| !s.is_empty()));
+                    if let Some(target) = module_file(src, &segments) {
+                        let family = own_parent.as_ref() == Some(&target)
+                            || parent_file(src, &target).as_ref() == Some(&relative);
+                        if target != relative && !family && !edges.contains(&target) {
+                            edges.push(target);
+                        }
+                    }
+                }
+            }
+        }
+        graph.insert(relative, edges);
+    }
+    graph
+}
+
+/// A cycle of `graph`, as the files along it, if there is one (depth-first search).
+fn find_cycle(graph: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &std::collections::BTreeMap<String, Vec<String>>,
+        done: &mut std::collections::BTreeSet<String>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|n| n == node) {
+            let mut cycle = path[start..].to_vec();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, graph, done, path) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut done, &mut Vec::new()))
+}
+
+/// Rule 1's "no import cycle", inside a layer too: the layer test above only sees imports that
+/// point up, so two files of one layer importing each other (as `runtime/builder.rs` and
+/// `runtime/start.rs` once did) pass it. This one follows every `crate::`, `super::` and
+/// `self::` path to the file it names and fails on any cycle among the files.
+#[test]
+fn no_import_cycle_between_files() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let graph = import_graph(&src, &files);
+    let edges: usize = graph.values().map(Vec::len).sum();
+    assert!(edges > 100, "found only {edges} imports between files");
+    assert_eq!(
+        graph
+            .get("runtime/start.rs")
+            .map(|e| e.contains(&"runtime/builder.rs".to_owned())),
+        Some(true),
+        "the graph misses start.rs → builder.rs: {:?}",
+        graph.get("runtime/start.rs")
+    );
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("import cycle: {}", cycle.join(" → "));
+    }
+}
+
+/// The cycle finder finds a two-file cycle and a longer one, and accepts a diamond.
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for (from, to) in edges {
+            g.entry((*from).to_owned())
+                .or_default()
+                .push((*to).to_owned());
+            g.entry((*to).to_owned()).or_default();
+        }
+        g
+    };
+    assert!(find_cycle(&graph(&[("a", "b"), ("b", "a")])).is_some());
+    assert!(find_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])).is_some());
+    assert!(find_cycle(&graph(&[("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])).is_none());
+}
+
+/// The path reader follows groups, nested ones and ones spread over lines.
+#[test]
+fn module_paths_follow_groups() {
+    let mut group = None;
+    let one = |code: &str, group: &mut Option<String>| module_paths(code, "crate::", group);
+    assert_eq!(
+        one(
+            "use crate::machinery::{context, events::EventRecorder};",
+            &mut group
+        ),
+        ["machinery::context", "machinery::events::EventRecorder"]
+    );
+    assert_eq!(
+        one("let x = crate::runtime::builtin::table();", &mut group),
+        ["runtime::builtin::table"]
+    );
+    assert!(one("use crate::{", &mut group).is_empty());
+    assert!(one("    options::Options,", &mut group).is_empty());
+    assert_eq!(
+        one("    runtime::start::Exit };", &mut group),
+        ["options::Options", "runtime::start::Exit"]
+    );
+    assert_eq!(group, None);
+    assert_eq!(
+        module_paths("use super::start::{Exit, fail};", "super::", &mut group),
+        ["start::Exit", "start::fail"]
     );
 }

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
+use crate::support::assert_warning_logged;
 use crate::support::requests::status_patch_statuses;
 use crate::support::service::*;
 
@@ -256,6 +257,7 @@ async fn finalizer_conflict_is_retried_on_a_fresh_read() {
 
 #[tokio::test]
 async fn cloud_failure_on_ensure_emits_event_and_retries_with_backoff() {
+    let log = ccm_testing::logging::record("warn");
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
@@ -277,6 +279,13 @@ async fn cloud_failure_on_ensure_emits_event_and_retries_with_backoff() {
     assert_eq!(calls.len(), 2, "{calls:?}");
     // The first retry of the per-service backoff is 5 s.
     assert!(calls[1].at - calls[0].at >= Duration::from_secs(5));
+    // The Warning is in the log too, with the object and the error (issue 28).
+    assert_warning_logged(
+        &log,
+        "SyncLoadBalancerFailed",
+        &format!("{ns}/{name}"),
+        &note,
+    );
     assert_no_leaks(&cluster, &fake, &ns).await;
     running.stop().await.unwrap();
     cluster.cleanup().await;
@@ -577,6 +586,7 @@ async fn run_refuses_a_provider_without_load_balancers_and_zero_workers() {
 
 #[tokio::test]
 async fn events_and_status_use_go_wording_on_delete() {
+    let log = ccm_testing::logging::record("warn");
     let cluster = TestCluster::start().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
@@ -593,6 +603,12 @@ async fn events_and_status_use_go_wording_on_delete() {
     assert!(
         note.starts_with("Error deleting load balancer: failed to delete load balancer: "),
         "{note}"
+    );
+    assert_warning_logged(
+        &log,
+        "DeleteLoadBalancerFailed",
+        &format!("{ns}/{name}"),
+        &note,
     );
     // While the cloud delete fails the finalizer holds the Service.
     let held = api.get(&name).await;

@@ -1,6 +1,12 @@
 //! Service controller: node sync. Host eligibility (§4.5), which node changes trigger (§4.4),
 //! coalescing of node bursts, parallel updates with per-load-balancer ordering, failures and
 //! `Retry` on `update_load_balancer`, and the node-sync metrics.
+//!
+//! The controller puts every eligible Node of the cluster into each load balancer, so a test
+//! that counts node-sync passes or load-balancer updates, or reads the host list of an Event,
+//! sees every Node another test adds. On a real cluster (`CCM_TEST_KUBECONFIG`) those tests
+//! take the cluster alone (`TestCluster::start_exclusive`, a lock across the test processes of
+//! the machine); the others assert about their own Nodes only (`our_hosts`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -46,7 +52,7 @@ async fn patch_node(cluster: &TestCluster, name: &str, body: serde_json::Value) 
 
 #[tokio::test]
 async fn hosts_follow_eligibility_and_each_change_costs_one_update() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let n = |p: &str| cluster.unique_name(p);
@@ -173,7 +179,7 @@ async fn hosts_follow_eligibility_and_each_change_costs_one_update() {
 /// Ready flips, other labels and other taints do not start a node-sync pass.
 #[tokio::test]
 async fn irrelevant_node_updates_do_not_start_a_pass() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let node = cluster.unique_name("n");
@@ -258,7 +264,7 @@ async fn irrelevant_node_updates_do_not_start_a_pass() {
 
 #[tokio::test]
 async fn failed_update_warns_and_falls_back_to_a_full_ensure() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
@@ -299,7 +305,7 @@ async fn failed_update_warns_and_falls_back_to_a_full_ensure() {
 
 #[tokio::test]
 async fn update_error_for_a_load_balancer_that_is_gone_is_ignored() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
@@ -340,7 +346,7 @@ async fn update_error_for_a_load_balancer_that_is_gone_is_ignored() {
 /// time, the Node joined through that update and no ensure followed within the test.)
 #[tokio::test]
 async fn retry_on_update_requeues_after_its_delay() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
@@ -403,7 +409,7 @@ async fn retry_on_update_requeues_after_its_delay() {
 /// balancer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_of_20_nodes_costs_each_of_50_lbs_at_most_two_updates() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let mut ours = Vec::new();
@@ -533,7 +539,7 @@ fn widening(base_ms: u64, max_ms: u64) -> ServiceConfig {
 /// per join without widening), and every load balancer ends with every Node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickle_of_joins_costs_each_lb_one_update_per_widening_window() {
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let (running, probe) = start_probed(&cluster, &ns, &fake, widening(200, 1600)).await;
@@ -620,7 +626,7 @@ async fn nodes_joining_every_two_seconds_widen_the_default_window() {
     use ccm_controllers::controllers::service::{
         DEFAULT_NODE_SYNC_MAX_WINDOW, DEFAULT_NODE_SYNC_WINDOW,
     };
-    let cluster = TestCluster::start().await;
+    let cluster = TestCluster::start_exclusive().await;
     let ns = cluster.namespace().await;
     let fake = FakeCloud::default();
     let config = {

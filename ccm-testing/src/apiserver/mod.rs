@@ -45,7 +45,9 @@
 //! - **Admission**: `TaintNodesByCondition` appends `node.kubernetes.io/not-ready:NoSchedule`
 //!   to every Node created (unless a taint with that key and effect is there); NamespaceLifecycle
 //!   refuses creates in a missing or terminating namespace and the deletion of `default`,
-//!   `kube-system` and `kube-public`.
+//!   `kube-system` and `kube-public`. Both, validation and the namespace controller are on by
+//!   default and can be turned off with [`ApiServer::builder`] ([`ApiServerBuilder`] lists
+//!   every behaviour the server adds beyond storing, with its switch and default).
 //! - **Namespaces**: DELETE marks a Namespace `Terminating`; a built-in namespace controller (on
 //!   by default, [`ApiServer::set_namespace_controller`]) then deletes its content, waits for
 //!   finalizers, and finalizes it, after which it goes.
@@ -119,6 +121,7 @@
 //! (no per-item ownership of keyed lists) and `managedFields` entries do not record the
 //! subresource, and strategic merge patch ignores `$setElementOrder`.
 
+mod builder;
 mod http;
 mod patch;
 mod rbac;
@@ -133,6 +136,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+pub use builder::ApiServerBuilder;
 pub use state::PatchType;
 use state::State;
 use status::ApiError;

@@ -62,6 +62,9 @@
 //! fails the check instead of aborting the suite.
 
 mod checks;
+mod report;
+
+pub use report::{CheckResult, Outcome, Report, SkipKind};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -488,128 +491,6 @@ impl fmt::Display for Check {
     }
 }
 
-/// The outcome of one check.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// The provider keeps the contract.
-    Passed,
-    /// The provider breaks the contract.
-    Failed {
-        /// What the contract requires.
-        expected: String,
-        /// What the provider did.
-        observed: String,
-    },
-    /// The check did not run.
-    Skipped {
-        /// Why (capability not offered, input missing, skipped by the caller).
-        reason: String,
-    },
-}
-
-impl Outcome {
-    /// True for [`Outcome::Passed`].
-    pub fn is_passed(&self) -> bool {
-        matches!(self, Outcome::Passed)
-    }
-
-    /// True for [`Outcome::Failed`].
-    pub fn is_failed(&self) -> bool {
-        matches!(self, Outcome::Failed { .. })
-    }
-
-    /// True for [`Outcome::Skipped`].
-    pub fn is_skipped(&self) -> bool {
-        matches!(self, Outcome::Skipped { .. })
-    }
-}
-
-/// The result of one check.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CheckResult {
-    /// The check.
-    pub check: Check,
-    /// What happened.
-    pub outcome: Outcome,
-    /// Remarks that do not change the outcome, e.g. a cleanup that failed.
-    pub notes: Vec<String>,
-}
-
-impl fmt::Display for CheckResult {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.outcome {
-            Outcome::Passed => write!(f, "PASS {}", self.check)?,
-            Outcome::Failed { expected, observed } => write!(
-                f,
-                "FAIL {}\n     expected: {expected}\n     observed: {observed}",
-                self.check
-            )?,
-            Outcome::Skipped { reason } => write!(f, "SKIP {} ({reason})", self.check)?,
-        }
-        for note in &self.notes {
-            write!(f, "\n     note: {note}")?;
-        }
-        Ok(())
-    }
-}
-
-/// The results of a suite run, one per check, in run order. Its `Display` is the report a
-/// vendor reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// One result per check.
-    pub results: Vec<CheckResult>,
-}
-
-impl Report {
-    /// The passed checks.
-    pub fn passed(&self) -> impl Iterator<Item = &CheckResult> {
-        self.results.iter().filter(|r| r.outcome.is_passed())
-    }
-
-    /// The failed checks.
-    pub fn failed(&self) -> impl Iterator<Item = &CheckResult> {
-        self.results.iter().filter(|r| r.outcome.is_failed())
-    }
-
-    /// The skipped checks.
-    pub fn skipped(&self) -> impl Iterator<Item = &CheckResult> {
-        self.results.iter().filter(|r| r.outcome.is_skipped())
-    }
-
-    /// True when no check failed.
-    pub fn is_success(&self) -> bool {
-        self.failed().next().is_none()
-    }
-
-    /// The result of one check, if it was run.
-    pub fn get(&self, check: Check) -> Option<&CheckResult> {
-        self.results.iter().find(|r| r.check == check)
-    }
-
-    /// Panics with the whole report when a check failed; for vendors' tests.
-    #[track_caller]
-    pub fn assert_success(&self) {
-        assert!(self.is_success(), "provider conformance failed:\n{self}");
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "provider conformance: {} passed, {} failed, {} skipped",
-            self.passed().count(),
-            self.failed().count(),
-            self.skipped().count()
-        )?;
-        for result in &self.results {
-            writeln!(f, "{result}")?;
-        }
-        Ok(())
-    }
-}
-
 /// The conformance suite for one provider.
 pub struct Suite {
     provider: Arc<dyn CloudProvider>,
@@ -664,6 +545,7 @@ impl Suite {
             return CheckResult {
                 check,
                 outcome: Outcome::Skipped {
+                    kind: SkipKind::ByCaller,
                     reason: "skipped by the caller".into(),
                 },
                 notes: Vec::new(),
@@ -675,7 +557,7 @@ impl Suite {
             Err(checks::Stop::Failed { expected, observed }) => {
                 Outcome::Failed { expected, observed }
             }
-            Err(checks::Stop::Skipped(reason)) => Outcome::Skipped { reason },
+            Err(checks::Stop::Skipped(kind, reason)) => Outcome::Skipped { kind, reason },
         };
         let notes = ctx.cleanup().await;
         let result = CheckResult {

@@ -97,10 +97,11 @@ pub struct FakeCloudConfig {
     /// When set, every load balancer reports this one ingress IP (the behaviour before
     /// `lb_ip_range`); ignored when `lb_hostname` is set. Default unset.
     pub lb_ip: Option<String>,
-    /// The range each load balancer gets its own ingress IP from (default `203.0.113.0/24`,
-    /// TEST-NET-3 of RFC 5737): the lowest free address (not the network or broadcast
-    /// address of an IPv4 range), kept while the load balancer exists, freed when it is
-    /// deleted. An `ensure_load_balancer` that finds the range exhausted fails.
+    /// The range each load balancer gets its own ingress IP from (default `198.18.0.0/15`,
+    /// RFC 2544's benchmarking range: 131,070 addresses, enough for any test size): the lowest
+    /// free address (not the network or broadcast address of an IPv4 range), kept while the
+    /// load balancer exists, freed when it is deleted. An `ensure_load_balancer` that finds
+    /// the range exhausted fails with an error that names this setting.
     pub lb_ip_range: String,
     /// When set, load balancers report this ingress hostname instead of an IP.
     pub lb_hostname: Option<String>,
@@ -127,6 +128,9 @@ pub struct FakeCloudConfig {
     pub faults: BTreeMap<String, Vec<Fault>>,
 }
 
+/// The default `lb_ip_range`: RFC 2544's benchmarking range, 131,070 load balancers.
+pub(super) const DEFAULT_LB_IP_RANGE: &str = "198.18.0.0/15";
+
 impl Default for FakeCloudConfig {
     fn default() -> Self {
         FakeCloudConfig {
@@ -141,7 +145,7 @@ impl Default for FakeCloudConfig {
             nodes: BTreeMap::new(),
             shutdown_nodes: Vec::new(),
             lb_ip: None,
-            lb_ip_range: "203.0.113.0/24".into(),
+            lb_ip_range: DEFAULT_LB_IP_RANGE.into(),
             lb_hostname: None,
             track_node_addresses: false,
             clusters: vec!["kubernetes".into()],

@@ -52,8 +52,11 @@ impl FakeCloud {
             .map(Some)
             .ok_or_else(|| {
                 CloudError::msg(format!(
-                    "fake cloud: lb_ip_range {} has no free address left",
-                    self.inner.lb_ip_range
+                    "fake cloud: lb_ip_range {} has no free address left ({} load balancers \
+                     hold addresses); set a larger lb_ip_range in the fake cloud config \
+                     (FakeCloudBuilder::lb_ip_range in a test)",
+                    self.inner.lb_ip_range,
+                    st.load_balancers.len()
                 ))
             })
     }

@@ -28,7 +28,7 @@
 //!   with an `error` answer), in one call of at most `max_batch_size` Nodes.
 //! - **Load balancers**: keyed by the Service's `<namespace>/<name>`; `ensure_load_balancer`
 //!   creates or replaces one (remembering its hosts, ports and cluster) and answers an ingress
-//!   with its own IP from `lb_ip_range` (default `203.0.113.0/24`: the lowest free address,
+//!   with its own IP from `lb_ip_range` (default `198.18.0.0/15`: the lowest free address,
 //!   kept while it exists, freed on delete), or the one `lb_ip` of every load balancer, or
 //!   `lb_hostname`; `get_load_balancer` reports it until
 //!   `ensure_load_balancer_deleted`, which succeeds when nothing exists;
@@ -89,7 +89,7 @@
 //!   example.com/pool: blue
 //! missing_nodes: ["gone-.*"]     # regexes on the whole node name: instances that do not exist
 //! shutdown_nodes: ["stopped-.*"] # regexes: instances that exist but are shut down
-//! lb_ip_range: 198.51.100.0/24   # one ingress IP per load balancer (default 203.0.113.0/24)
+//! lb_ip_range: 198.51.100.0/24   # one ingress IP per load balancer (default 198.18.0.0/15)
 //! lb_ip: 198.51.100.7            # when set, this one IP for every load balancer instead
 //! lb_hostname: lb.example.com    # when set, ingress hostname instead of the IP
 //! nodes:                         # chosen answers per node name; every field optional
@@ -325,9 +325,9 @@ struct State {
     operation_latency: BTreeMap<String, Duration>,
 }
 
-/// The default `lb_ip_range`: TEST-NET-3 (RFC 5737), a range reserved for documentation.
+/// The default `lb_ip_range` ([`config::DEFAULT_LB_IP_RANGE`]): RFC 2544's benchmarking range.
 const DEFAULT_LB_IP_RANGE: ipnet::Ipv4Net =
-    ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(203, 0, 113, 0), 24);
+    ipnet::Ipv4Net::new_assert(std::net::Ipv4Addr::new(198, 18, 0, 0), 15);
 
 /// Compiles name patterns, logging and skipping invalid ones.
 fn compile_patterns(field: &str, patterns: &[impl AsRef<str>]) -> Vec<Regex> {

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod auth;
+mod behaviours;
 mod defaults_validation;
 mod fidelity;
 mod list_watch;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, async_trait,
 };
-use ccm_testing::conformance::{Check, ConformanceInput, Outcome, Suite};
+use ccm_testing::conformance::{Check, ConformanceInput, Outcome, SkipKind, Suite};
 
 use crate::support::{CLUSTER, fake, input, node, service};
 
@@ -85,8 +85,18 @@ async fn fake_cloud_passes_on_a_multi_threaded_runtime_with_default_capabilities
     assert_eq!(
         zones.outcome,
         Outcome::Skipped {
+            kind: SkipKind::NotOffered,
             reason: "the provider offers no Zones".into()
         }
+    );
+    // Every skip is "not offered": nothing the fake cloud offers was left out.
+    assert_eq!(report.skipped_but_maybe_offered().count(), 0, "{report}");
+    report.assert_nothing_skipped_that_is_offered();
+    assert!(
+        report.to_string().contains(
+            "SKIP zones_non_empty (capability not offered: the provider offers no Zones)"
+        ),
+        "{report}"
     );
 }
 
@@ -100,8 +110,13 @@ async fn checks_can_be_skipped_and_run_one_by_one() {
     assert_eq!(
         one.outcome,
         Outcome::Skipped {
+            kind: SkipKind::ByCaller,
             reason: "skipped by the caller".into()
         }
+    );
+    assert_eq!(
+        one.to_string(),
+        "SKIP routes_round_trip (skipped by the caller)"
     );
     cloud.reset_calls();
     let one = suite.run_check(Check::InstanceExistsFalseForUnknown).await;
@@ -113,6 +128,16 @@ async fn checks_can_be_skipped_and_run_one_by_one() {
     let report = suite.run().await;
     // Two by the caller, three legacy ones and four batch ones by capability.
     assert_eq!(report.skipped().count(), 2 + 3 + 4, "{report}");
+    let kinds = |kind| {
+        report
+            .skipped()
+            .filter(|r| r.outcome.skip_kind() == Some(kind))
+            .count()
+    };
+    assert_eq!(kinds(SkipKind::ByCaller), 2, "{report}");
+    assert_eq!(kinds(SkipKind::NotOffered), 3 + 4, "{report}");
+    // The caller's own skips do not count against "nothing skipped that I offer".
+    report.assert_nothing_skipped_that_is_offered();
     assert!(
         Check::ALL
             .iter()
@@ -142,12 +167,32 @@ async fn missing_inputs_skip_the_checks_that_need_them() {
     assert!(text.contains("no route CIDR given"), "{text}");
     assert!(
         text.contains(
-            "SKIP routes_dual_stack_same_name_hint_both_kept (no route CIDR given (ConformanceInput::route_cidr))"
+            "SKIP routes_dual_stack_same_name_hint_both_kept (input missing: no route CIDR given (ConformanceInput::route_cidr))"
         ),
         "{text}"
     );
     assert!(text.contains("no missing node given"), "{text}");
     assert!(cloud.call_count("ensure_load_balancer") == 0);
+    // The fake cloud offers load balancers and routes: their checks were skipped for want of
+    // input, which "nothing skipped that I offer" catches.
+    let maybe_offered: BTreeSet<Check> = report
+        .skipped_but_maybe_offered()
+        .map(|r| r.check)
+        .collect();
+    assert!(maybe_offered.contains(&Check::EnsureLoadBalancerIdempotentWithIngress));
+    assert!(maybe_offered.contains(&Check::RoutesRoundTrip));
+    assert!(
+        !maybe_offered.contains(&Check::ZonesNonEmpty),
+        "no Zones is not offered: {report}"
+    );
+    let panic = std::panic::catch_unwind(|| report.assert_nothing_skipped_that_is_offered())
+        .expect_err("input-missing skips fail the assertion");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("skipped that the provider may offer")
+            && message.contains("routes_round_trip (input missing"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -178,6 +223,7 @@ async fn the_dual_stack_route_check_needs_one_cidr_per_family() {
         assert_eq!(
             result.outcome,
             Outcome::Skipped {
+                kind: SkipKind::InputMissing,
                 reason: reason.into()
             },
             "{result}"

@@ -185,22 +185,22 @@ async fn each_load_balancer_gets_its_own_ip_kept_while_it_exists_and_freed_on_de
             .unwrap();
         ips.push(ingress_ip(&status));
     }
-    assert_eq!(ips, ["203.0.113.1", "203.0.113.2", "203.0.113.3"]);
+    assert_eq!(ips, ["198.18.0.1", "198.18.0.2", "198.18.0.3"]);
     // Stable: ensure again, get, and the listing agree.
     let again = lb
         .ensure_load_balancer("k", &service("b"), &[])
         .await
         .unwrap();
-    assert_eq!(ingress_ip(&again), "203.0.113.2");
+    assert_eq!(ingress_ip(&again), "198.18.0.2");
     let got = lb
         .get_load_balancer("k", &service("b"))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(ingress_ip(&got), "203.0.113.2");
+    assert_eq!(ingress_ip(&got), "198.18.0.2");
     assert_eq!(
         cloud.load_balancers()["ns/b"].ingress_ip.as_deref(),
-        Some("203.0.113.2")
+        Some("198.18.0.2")
     );
     // Deleting frees the address for the next new load balancer.
     lb.ensure_load_balancer_deleted("k", &service("b"))
@@ -210,7 +210,26 @@ async fn each_load_balancer_gets_its_own_ip_kept_while_it_exists_and_freed_on_de
         .ensure_load_balancer("k", &service("d"), &[])
         .await
         .unwrap();
-    assert_eq!(ingress_ip(&d), "203.0.113.2");
+    assert_eq!(ingress_ip(&d), "198.18.0.2");
+}
+
+/// The default range (`198.18.0.0/15`) holds far more than the 254 load balancers of the old
+/// `203.0.113.0/24`: the 255th and the 1,000th get an address of their own.
+#[tokio::test]
+async fn the_default_range_holds_more_than_a_thousand_load_balancers() {
+    let cloud = FakeCloud::default();
+    let lb = cloud.load_balancer().unwrap();
+    let mut ips = std::collections::BTreeSet::new();
+    for i in 0..1000 {
+        let status = lb
+            .ensure_load_balancer("k", &service(&format!("s{i}")), &[])
+            .await
+            .unwrap();
+        ips.insert(ingress_ip(&status));
+    }
+    assert_eq!(ips.len(), 1000, "every load balancer has its own address");
+    assert!(ips.contains("198.18.0.255"), "the 255th is 198.18.0.255");
+    assert!(ips.contains("198.18.3.232"), "the 1,000th is 198.18.3.232");
 }
 
 #[tokio::test]
@@ -229,6 +248,12 @@ async fn a_configured_range_is_used_and_its_exhaustion_is_an_error() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("198.51.100.8/30"), "{err}");
+    // The error names the setting to change, in the config file and in a test's builder.
+    assert!(
+        err.to_string().contains("set a larger lb_ip_range")
+            && err.to_string().contains("FakeCloudBuilder::lb_ip_range"),
+        "{err}"
+    );
     assert!(!cloud.load_balancers().contains_key("ns/c"));
 
     // `lb_ip` gives every load balancer the same address.
@@ -498,7 +523,7 @@ async fn a_second_cloud_on_the_same_state_file_sees_the_load_balancers_and_route
         .ensure_load_balancer("k", &service("new"), &[])
         .await
         .unwrap();
-    assert_eq!(ingress_ip(&new), "203.0.113.3");
+    assert_eq!(ingress_ip(&new), "198.18.0.3");
     let listed = CloudProvider::routes(&second)
         .unwrap()
         .list_routes("k")

@@ -20,7 +20,7 @@ async fn load_balancer_lifecycle_remembers_hosts_and_ports() {
     let ingress = status.ingress.clone().unwrap();
     assert_eq!(ingress.len(), 1);
     // The first load balancer gets the lowest address of the default range.
-    assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.1"));
+    assert_eq!(ingress[0].ip.as_deref(), Some("198.18.0.1"));
     assert_eq!(ingress[0].hostname, None);
 
     let state = cloud.load_balancers();

@@ -27,7 +27,7 @@ async fn the_play_ends_in_the_expected_state() {
         report
             .load_balancers
             .values()
-            .all(|(ingress, hosts)| ingress.starts_with("203.0.113.") && *hosts == 4)
+            .all(|(ingress, hosts)| ingress.starts_with("198.18.") && *hosts == 4)
     );
     assert_eq!(
         report

@@ -82,6 +82,7 @@ async fn taint_removal_preserves_a_concurrently_added_taint_and_label() {
 
 #[tokio::test]
 async fn metadata_failure_is_reported_and_retried_until_it_works() {
+    let log = ccm_testing::logging::record("warn");
     let t = Test::start().await;
     let fake = FakeCloud::default();
     fake.inject("instance_metadata", Fault::FailNext(3));
@@ -107,6 +108,9 @@ async fn metadata_failure_is_reported_and_retried_until_it_works() {
         warning.2
     );
     assert!(warning.2.contains("injected failure"), "{}", warning.2);
+    // The Warning is in the log too, with the Node and the error; the three failures make
+    // one line within the rate-limit interval (issue 28).
+    crate::support::assert_warning_logged(&log, "SyncFailed", &name, &warning.2);
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }

@@ -9,6 +9,7 @@ use super::{RouteTest, WAIT, cidr, failed_create_events, name, network_unavailab
 
 #[tokio::test]
 async fn failed_create_emits_an_event_sets_no_route_created_and_is_retried_until_it_succeeds() {
+    let log = ccm_testing::logging::record("warn");
     let fake = FakeCloud::default();
     fake.inject("create_route", Fault::FailNext(1_000));
     let h = RouteTest::start(fake.clone(), test_config(&cidr(109))).await;
@@ -55,6 +56,15 @@ async fn failed_create_emits_an_event_sets_no_route_created_and_is_retried_until
         fake.call_counts()
     );
     assert!(h.routes_of(&n).is_empty());
+    // The Warning is in the log too, with the Node and the error, and the retries (each a
+    // Warning Event of its own) do not add lines within the rate-limit interval (issue 28).
+    let start = format!("Could not create route {uid} 10.109.1.0/24 for node {n} after ");
+    crate::support::assert_warning_logged(&log, "FailedToCreateRoute", &n, &start);
+    assert!(
+        log.contains("injected failure of create_route"),
+        "{}",
+        log.text()
+    );
 
     // The cloud recovers: the next retry creates the route and the condition flips.
     fake.clear_faults();

@@ -25,9 +25,12 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 /// Annotation that makes [`Probe`] answer `ImplementedElsewhere` from ensure/update.
 pub(crate) const IMPLEMENTED_ELSEWHERE: &str = "test.ccm-rs.io/implemented-elsewhere";
 
-/// The range FakeCloud hands ingress IPs out of (its default `lb_ip_range`), one per load
-/// balancer.
-pub(crate) const LB_IP_PREFIX: &str = "203.0.113.";
+/// Whether `ip` is in the range FakeCloud hands ingress IPs out of (its default
+/// `lb_ip_range`, `198.18.0.0/15`), one per load balancer.
+pub(crate) fn in_fake_lb_range(ip: &str) -> bool {
+    ip.parse::<std::net::Ipv4Addr>()
+        .is_ok_and(|ip| ip.octets()[0] == 198 && ip.octets()[1] & 0xfe == 18)
+}
 
 /// One call seen by the [`Probe`].
 #[derive(Clone, Debug)]
@@ -382,7 +385,7 @@ pub(crate) fn ingress_ips(service: &Service) -> Vec<String> {
 }
 
 pub(crate) fn has_ingress(service: &Service) -> bool {
-    matches!(ingress_ips(service).as_slice(), [ip] if ip.starts_with(LB_IP_PREFIX))
+    matches!(ingress_ips(service).as_slice(), [ip] if in_fake_lb_range(ip))
 }
 
 /// FakeCloud's load balancers of namespace `ns`.

@@ -106,14 +106,17 @@ impl State {
         }
         let mut stored = info.to_storage(&obj);
         self.prepare_create(info, &mut stored);
-        if info.storage == "nodes" {
+        if info.storage == "nodes" && self.admission.not_ready_taint {
             // Admission: TaintNodesByCondition (every create, apply-create included).
             validation::add_not_ready_taint(&mut stored);
         }
         validation::prune_like_go(&mut stored);
-        let mut errs = validate(info, &stored, None);
-        if info.group == "events.k8s.io" {
-            errs.extend(validation::validate_events_v1_create(&obj));
+        let mut errs = Vec::new();
+        if self.admission.validation {
+            errs = validate(info, &stored, None);
+            if info.group == "events.k8s.io" {
+                errs.extend(validation::validate_events_v1_create(&obj));
+            }
         }
         if !errs.is_empty() {
             return Err(ApiError::invalid(info, &name, &errs));

@@ -26,7 +26,10 @@ impl State {
             return Err(ApiError::not_found(info, name));
         };
         let obj = stored.obj;
-        if info.storage == "namespaces" && validation::IMMORTAL_NAMESPACES.contains(&name) {
+        if info.storage == "namespaces"
+            && self.admission.namespace_lifecycle
+            && validation::IMMORTAL_NAMESPACES.contains(&name)
+        {
             // NamespaceLifecycle admission.
             return Err(ApiError {
                 details: Some(json!({"name": name, "kind": "namespaces"})),

@@ -141,6 +141,8 @@ pub(crate) struct State {
     next_cluster_ip: u32,
     next_node_port: i64,
     pub(crate) tx: broadcast::Sender<Arc<Change>>,
+    /// Which admission and validation steps writes go through ([`super::ApiServerBuilder`]).
+    pub(crate) admission: super::builder::Admission,
 }
 
 fn now_rfc3339() -> String {
@@ -227,6 +229,7 @@ impl State {
             next_cluster_ip: 10,
             next_node_port: 30_000,
             tx,
+            admission: super::builder::Admission::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if let Some(info) = RESOURCES.iter().find(|r| r.plural == "namespaces") {

@@ -29,6 +29,9 @@ impl State {
         ns: &str,
         creating: bool,
     ) -> Result<(), ApiError> {
+        if !self.admission.namespace_lifecycle {
+            return Ok(());
+        }
         match self.namespace_phase(ns) {
             None => Err(ApiError::namespace_not_found(ns)),
             Some(true) if creating => Err(ApiError {

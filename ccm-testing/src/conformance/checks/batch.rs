@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use ccm_core::{InstanceAnswer, InstanceAnswers, InstancesBatch, InstancesV2, Node};
 
-use super::{Ctx, Step, Stop, describe, fail, metadata_diff, name_of, skip};
+use super::{Ctx, Step, Stop, describe, fail, metadata_diff, name_of, not_offered};
 
 /// What the single calls say about one Node.
 struct Single {
@@ -22,9 +22,9 @@ impl<'a> Ctx<'a> {
         let batch = self
             .provider()
             .instances_batch()
-            .ok_or_else(|| skip("the provider offers no InstancesBatch"))?;
+            .ok_or_else(|| not_offered("the provider offers no InstancesBatch"))?;
         let v2 = self.v2().ok_or_else(|| {
-            skip(
+            not_offered(
                 "the provider offers InstancesBatch without InstancesV2 (the framework ignores it)",
             )
         })?;

@@ -299,7 +299,8 @@ pub(super) async fn cancellation(ctx: &mut Ctx<'_>) -> Step {
     if exercised {
         Ok(())
     } else {
-        Err(skip(
+        Err(nothing_to_exercise(
+            ctx,
             "nothing to cancel: no InstancesV2 with nodes, no LoadBalancer with a Service, no Routes with a CIDR",
         ))
     }

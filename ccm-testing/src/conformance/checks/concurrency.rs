@@ -119,7 +119,9 @@ pub(super) async fn concurrency(ctx: &mut Ctx<'_>) -> Step {
             match flatten(answer) {
                 Ok(_) => {}
                 Err(e) if e.contains("implemented_elsewhere") => {
-                    return Err(skip("ensure_load_balancer answers ImplementedElsewhere"));
+                    return Err(not_offered(
+                        "ensure_load_balancer answers ImplementedElsewhere",
+                    ));
                 }
                 Err(e) => {
                     return Err(fail(
@@ -251,7 +253,8 @@ pub(super) async fn concurrency(ctx: &mut Ctx<'_>) -> Step {
     if exercised {
         Ok(())
     } else {
-        Err(skip(
+        Err(nothing_to_exercise(
+            ctx,
             "nothing to call in parallel: no InstancesV2 with nodes, no LoadBalancer with a Service, no Routes with a CIDR",
         ))
     }

@@ -290,7 +290,7 @@ pub(super) async fn zones_non_empty(ctx: &mut Ctx<'_>) -> Step {
     let zones: &dyn Zones = ctx
         .provider()
         .zones()
-        .ok_or_else(|| skip("the provider offers no Zones"))?;
+        .ok_or_else(|| not_offered("the provider offers no Zones"))?;
     for node in ctx.nodes()? {
         let name = name_of(node);
         let by_pid = match ctx.provider_id_of(node).await {
@@ -328,7 +328,7 @@ pub(super) async fn zones_non_empty(ctx: &mut Ctx<'_>) -> Step {
 
 pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
     let (Some(v1), Some(v2)) = (ctx.v1(), ctx.v2()) else {
-        return Err(skip(
+        return Err(not_offered(
             "the provider does not offer both Instances (v1) and InstancesV2",
         ));
     };
@@ -464,7 +464,7 @@ pub(super) async fn legacy_consistent(ctx: &mut Ctx<'_>) -> Step {
 pub(super) async fn legacy_instance_id_not_found(ctx: &mut Ctx<'_>) -> Step {
     let v1 = ctx
         .v1()
-        .ok_or_else(|| skip("the provider offers no Instances (v1)"))?;
+        .ok_or_else(|| not_offered("the provider offers no Instances (v1)"))?;
     let node = ctx
         .input()
         .missing_node
@@ -473,7 +473,7 @@ pub(super) async fn legacy_instance_id_not_found(ctx: &mut Ctx<'_>) -> Step {
     let name = name_of(node);
     match ctx.call("instance_id", || v1.instance_id(&name)).await {
         Err(CloudError::InstanceNotFound) => Ok(()),
-        Err(CloudError::NotImplemented) => Err(skip("instance_id answers NotImplemented")),
+        Err(CloudError::NotImplemented) => Err(not_offered("instance_id answers NotImplemented")),
         Ok(id) => Err(fail(
             format!("instance_id of the missing node {name:?} to be InstanceNotFound"),
             format!("Ok({id:?})"),

@@ -83,7 +83,7 @@ pub(super) async fn update_changes_hosts(ctx: &mut Ctx<'_>) -> Step {
         {
             Ok(()) => {}
             Err(CloudError::ImplementedElsewhere) => {
-                return Err(skip(
+                return Err(not_offered(
                     "update_load_balancer answers ImplementedElsewhere for this Service",
                 ));
             }
@@ -169,7 +169,7 @@ pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
     let batch = ctx
         .provider()
         .load_balancer_hosts_batch()
-        .ok_or_else(|| skip("the provider offers no LoadBalancerHostsBatch"))?;
+        .ok_or_else(|| not_offered("the provider offers no LoadBalancerHostsBatch"))?;
     if batch.max_batch_size() == 0 {
         return Err(fail(
             "max_batch_size() of LoadBalancerHostsBatch to be at least 1",
@@ -203,7 +203,7 @@ pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
         match answers.get(&key) {
             Some(Ok(())) => {}
             Some(Err(CloudError::ImplementedElsewhere)) => {
-                return Err(skip(
+                return Err(not_offered(
                     "update_load_balancer_hosts answers ImplementedElsewhere for this Service",
                 ));
             }

@@ -19,12 +19,12 @@ use ccm_core::{
 use ipnet::IpNet;
 use tokio::time::Instant;
 
-use super::{Check, Suite, guarded};
+use super::{Check, SkipKind, Suite, guarded};
 
 /// Why a check stopped before its end.
 pub(super) enum Stop {
     Failed { expected: String, observed: String },
-    Skipped(String),
+    Skipped(SkipKind, String),
 }
 
 type Step = Result<(), Stop>;
@@ -36,8 +36,26 @@ fn fail(expected: impl Into<String>, observed: impl Into<String>) -> Stop {
     }
 }
 
+/// A skip for a lack in the input (no Service, no route CIDR, ...): with it, the check runs.
 fn skip(reason: impl Into<String>) -> Stop {
-    Stop::Skipped(reason.into())
+    Stop::Skipped(SkipKind::InputMissing, reason.into())
+}
+
+/// A skip because the provider does not offer the capability the check needs.
+fn not_offered(reason: impl Into<String>) -> Stop {
+    Stop::Skipped(SkipKind::NotOffered, reason.into())
+}
+
+/// The skip of a check that exercises whichever of instances (with nodes), load balancers
+/// (with a Service) and routes (with a CIDR) it can, when it could exercise none: not offered
+/// when the provider has none of the three capabilities, else the input lacks what they need.
+fn nothing_to_exercise(ctx: &Ctx<'_>, reason: impl Into<String>) -> Stop {
+    let p = ctx.provider();
+    if p.instances_v2().is_none() && p.load_balancer().is_none() && p.routes().is_none() {
+        not_offered(reason)
+    } else {
+        skip(reason)
+    }
 }
 
 impl Stop {
@@ -297,7 +315,7 @@ impl<'a> Ctx<'a> {
 
     fn require_instances(&self) -> Step {
         if self.v2().is_none() && self.v1().is_none() {
-            Err(skip(
+            Err(not_offered(
                 "the provider offers neither InstancesV2 nor Instances",
             ))
         } else {
@@ -309,7 +327,7 @@ impl<'a> Ctx<'a> {
         let lb = self
             .provider()
             .load_balancer()
-            .ok_or_else(|| skip("the provider offers no LoadBalancer"))?;
+            .ok_or_else(|| not_offered("the provider offers no LoadBalancer"))?;
         let svc = self
             .input()
             .service
@@ -322,7 +340,7 @@ impl<'a> Ctx<'a> {
         let routes = self
             .provider()
             .routes()
-            .ok_or_else(|| skip("the provider offers no Routes"))?;
+            .ok_or_else(|| not_offered("the provider offers no Routes"))?;
         let cidr = self
             .input()
             .route_cidr
@@ -378,7 +396,7 @@ impl<'a> Ctx<'a> {
         })
         .await
         .map_err(|e| match e {
-            CloudError::ImplementedElsewhere => skip(format!(
+            CloudError::ImplementedElsewhere => not_offered(format!(
                 "ensure_load_balancer answers ImplementedElsewhere for {}",
                 service_ref(svc)
             )),
@@ -509,7 +527,7 @@ impl<'a> Ctx<'a> {
                 Err(Stop::Failed { observed, .. }) => {
                     notes.push(format!("cleanup: list_routes failed: {observed}"));
                 }
-                Err(Stop::Skipped(_)) => {}
+                Err(Stop::Skipped(..)) => {}
             }
         }
         self.lb_touched = false;
