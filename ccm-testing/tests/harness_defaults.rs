@@ -2,7 +2,8 @@
 //! `ccm-testing/harness-defaults.txt`.
 //!
 //! A test written against the harness depends on its defaults: the flags the controller harness
-//! starts controllers with, its backoff and timeouts, what `FakeCloud` answers when configured
+//! starts controllers with, its backoff and timeouts, what the in-process API server adds beyond
+//! storing (its admission switches), what `FakeCloud` answers when configured
 //! with nothing, the conformance checks a report lists. A change to any of them changes what a
 //! vendor's tests see without a compile error, so it must be deliberate: this test fails until
 //! the record is rewritten (`CCM_BLESS=1 cargo test -p ccm-testing --test harness_defaults`), and
@@ -11,6 +12,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use ccm_testing::apiserver::ApiServer;
 use ccm_testing::conformance::Check;
 use ccm_testing::fake_cloud::{FakeCloudConfig, OPERATIONS};
 use ccm_testing::harness::{
@@ -43,6 +45,12 @@ fn render() -> String {
         "KUBECONFIG_ENV = {:?}",
         ccm_testing::KUBECONFIG_ENV
     ));
+    line(String::new());
+    line(
+        "## the in-process API server's behaviours (ApiServer::builder() / ApiServer::start())"
+            .into(),
+    );
+    line(format!("{:#?}", ApiServer::builder()));
     line(String::new());
     line("## FakeCloudConfig::default() (YAML, as a cloud-config file)".into());
     let yaml = serde_norway::to_string(&FakeCloudConfig::default())
