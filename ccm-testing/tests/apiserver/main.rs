@@ -4,6 +4,7 @@
 
 mod auth;
 mod defaults_validation;
+mod faults;
 mod fidelity;
 mod list_watch;
 mod objects;
