@@ -39,6 +39,11 @@ pub mod options;
 mod runtime;
 pub mod secure_serving;
 
+/// Entry points into pure code for the fuzz targets of `fuzz/`; not a vendor API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub use runtime::fuzzing;
+
 pub use machinery::budget::{BudgetConfig, BudgetedProvider, MIN_RETRY_AFTER};
 pub use machinery::context::{ContextParams, ControllerContext, InformerScope};
 pub use machinery::error::ControllerError;

@@ -171,3 +171,70 @@ async fn kubectl_and_kube_clients_work_against_ccm_apiserver() {
     assert!(status.success(), "ccm-apiserver exited with {status}");
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// `--fault` rules: a bad one stops the binary with a clear error; good ones inject faults
+/// into the requests they name and leave the others alone.
+#[tokio::test]
+async fn fault_flags_inject_faults() {
+    let bad = Command::new(env!("CARGO_BIN_EXE_ccm-apiserver"))
+        .args(["--port=0", "--fault=503:0.5"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("KIND:RATE"), "{stderr}");
+
+    let kubeconfig: PathBuf = std::env::temp_dir().join(format!(
+        "ccm-apiserver-faults-{}.kubeconfig",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&kubeconfig);
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_ccm-apiserver"))
+            .args([
+                "--port=0",
+                "--node=worker-1",
+                "--fault=500:1:get:nodes",
+                "--fault=429:1:list:services",
+                "--fault-retry-after=7",
+                "--fault-seed=3",
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_file(&kubeconfig, &mut server);
+    let yaml = std::fs::read_to_string(&kubeconfig).unwrap();
+    let url = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .trim_matches(|c| c == '\'' || c == '"')
+        .to_owned();
+    let mut config = kube::Config::new(url.parse().unwrap());
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.get("worker-1").await {
+        Err(kube::Error::Api(s)) => assert_eq!(s.code, 500),
+        other => panic!("expected the injected 500, got {other:?}"),
+    }
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    let req = http::Request::get("/api/v1/services")
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let resp = client.send(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    assert_eq!(resp.headers()["retry-after"], "7");
+    let _ = std::fs::remove_file(&kubeconfig);
+}

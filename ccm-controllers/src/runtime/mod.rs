@@ -24,6 +24,8 @@ mod builder;
 pub(crate) mod builtin;
 pub(crate) mod client;
 mod entry;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub(crate) mod health;
 mod lead;
 pub(crate) mod leader;

@@ -122,6 +122,9 @@
 //! subresource, and strategic merge patch ignores `$setElementOrder`.
 
 mod builder;
+mod faults;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod http;
 mod patch;
 mod rbac;
@@ -137,6 +140,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub use builder::ApiServerBuilder;
+pub use faults::{ApiFaultKind, ApiFaultRule, ApiFaultRuleError, ApiFaults};
 pub use state::PatchType;
 use state::State;
 use status::ApiError;
@@ -319,6 +323,8 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     requests: Mutex<Vec<RequestRecord>>,
     faults: Mutex<Vec<FailRule>>,
+    /// Random faults ([`ApiServer::set_faults`]).
+    api_faults: faults::Armed,
     latency: Mutex<Duration>,
     bookmark_interval: Mutex<Duration>,
     /// Open watch streams per resource (`nodes`, `leases.coordination.k8s.io`, ...).
@@ -348,6 +354,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    /// A server's state with nothing stored, every switch at its default.
+    pub(crate) fn new() -> Arc<Inner> {
+        let (close_tx, _) = tokio::sync::watch::channel(0u64);
+        Arc::new(Inner {
+            state: Mutex::new(State::new(HISTORY_CAPACITY)),
+            requests: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+            api_faults: faults::Armed::default(),
+            latency: Mutex::new(Duration::ZERO),
+            bookmark_interval: Mutex::new(Duration::from_secs(5)),
+            open_watches: Mutex::new(std::collections::BTreeMap::new()),
+            close_tx,
+            reviews: reviews::Reviews::default(),
+            namespace_controller: std::sync::atomic::AtomicBool::new(true),
+            rbac: std::sync::atomic::AtomicBool::new(false),
+            record_bodies: std::sync::atomic::AtomicBool::new(true),
+            max_token_expiration: Mutex::new(None),
+        })
+    }
+
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -525,21 +551,7 @@ impl ApiServer {
             .map_err(std::io::Error::other)?;
         let client =
             kube::Client::try_from(kube::Config::new(url)).map_err(std::io::Error::other)?;
-        let (close_tx, _) = tokio::sync::watch::channel(0u64);
-        let inner = Arc::new(Inner {
-            state: Mutex::new(State::new(HISTORY_CAPACITY)),
-            requests: Mutex::new(Vec::new()),
-            faults: Mutex::new(Vec::new()),
-            latency: Mutex::new(Duration::ZERO),
-            bookmark_interval: Mutex::new(Duration::from_secs(5)),
-            open_watches: Mutex::new(std::collections::BTreeMap::new()),
-            close_tx,
-            reviews: reviews::Reviews::default(),
-            namespace_controller: std::sync::atomic::AtomicBool::new(true),
-            rbac: std::sync::atomic::AtomicBool::new(false),
-            record_bodies: std::sync::atomic::AtomicBool::new(true),
-            max_token_expiration: Mutex::new(None),
-        });
+        let inner = Inner::new();
         let namespace_task = tokio::spawn(run_namespace_controller(Arc::downgrade(&inner)));
         let app = axum::Router::new()
             .fallback(http::handle)
@@ -666,6 +678,18 @@ impl ApiServer {
             status,
             retry_after,
         });
+    }
+
+    /// Turns random fault injection on with these rules (`None` turns it off; off by
+    /// default). See [`ApiFaults`]. Rules added by [`ApiServer::fail_next`] are consulted first.
+    pub fn set_faults(&self, faults: Option<ApiFaults>) {
+        self.inner.api_faults.set(faults);
+    }
+
+    /// How many faults [`ApiServer::set_faults`] injected so far, by kind name (`500`, `429`,
+    /// `409`, `410`, `hang`, `close`; see [`ApiFaultKind::name`]).
+    pub fn fault_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.inner.api_faults.counts()
     }
 
     /// Delays every request by `latency` before it is handled (zero turns it off).

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use ccm_testing::apiserver::ApiServer;
+use ccm_testing::apiserver::{ApiFaultRule, ApiFaults, ApiServer};
 use ccm_testing::builders::kubelet_node;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Node;
@@ -51,6 +51,29 @@ struct Args {
     /// How often watches that allow bookmarks get a BOOKMARK, in milliseconds.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     bookmark_interval_ms: u64,
+
+    /// A random fault: a share RATE (0 to 1) of the requests with VERB on RESOURCE (both
+    /// default `*`) gets KIND: `500`, `429` (with Retry-After), `409` (writes only), `410`
+    /// (watches only: answered expired), `hang` (served after --fault-hang-ms), `close` (watches
+    /// only: closed within --fault-watch-close-ms). Repeat for more; none by default.
+    #[arg(long = "fault", value_name = "KIND:RATE[:VERB[:RESOURCE]]")]
+    faults: Vec<ApiFaultRule>,
+
+    /// The seed of the generator that picks the requests the faults hit.
+    #[arg(long, default_value_t = 0)]
+    fault_seed: u64,
+
+    /// The Retry-After of injected 429s, in seconds.
+    #[arg(long, default_value_t = 1, value_name = "SECONDS")]
+    fault_retry_after: u64,
+
+    /// How long a request hit by `hang` waits before it is served, in milliseconds.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    fault_hang_ms: u64,
+
+    /// A watch hit by `close` ends after a random time up to this, in milliseconds.
+    #[arg(long, default_value_t = 5000, value_name = "MS")]
+    fault_watch_close_ms: u64,
 }
 
 #[tokio::main]
@@ -82,6 +105,17 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot serve on {addr}: {e}"))?;
     server.set_latency(Duration::from_millis(args.latency_ms));
     server.set_bookmark_interval(Duration::from_millis(args.bookmark_interval_ms));
+    if !args.faults.is_empty() {
+        let faults = args.faults.iter().cloned().fold(
+            ApiFaults::seeded(args.fault_seed)
+                .retry_after(Duration::from_secs(args.fault_retry_after))
+                .hang_for(Duration::from_millis(args.fault_hang_ms))
+                .close_watches_within(Duration::from_millis(args.fault_watch_close_ms)),
+            ApiFaults::rule,
+        );
+        tracing::info!(rules = ?faults.rules(), seed = args.fault_seed, "fault injection on");
+        server.set_faults(Some(faults));
+    }
 
     let nodes: Api<Node> = Api::all(server.client());
     for name in &args.nodes {

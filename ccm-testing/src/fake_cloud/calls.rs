@@ -126,6 +126,25 @@ const MUTATING: &[&str] = &[
     "delete_route",
 ];
 
+/// Traces a call's start, and its end when dropped (also when the call is cancelled).
+struct CallTrace {
+    op: &'static str,
+    subject: String,
+}
+
+impl CallTrace {
+    fn start(op: &'static str, subject: String) -> Self {
+        tracing::debug!(operation = op, subject = %subject, "fake cloud call started");
+        CallTrace { op, subject }
+    }
+}
+
+impl Drop for CallTrace {
+    fn drop(&mut self) {
+        tracing::debug!(operation = self.op, subject = %self.subject, "fake cloud call ended");
+    }
+}
+
 impl FakeCloud {
     /// How many times `op` (a snake_case trait method name, see [`OPERATIONS`](super::OPERATIONS)) was called since
     /// the start or the last [`FakeCloud::reset_calls`], including calls that failed or were
@@ -201,6 +220,23 @@ impl FakeCloud {
         args: impl FnOnce(&mut State) -> CallArgs,
         f: impl FnOnce(&FakeCloudConfig, &mut State) -> CloudResult<T>,
     ) -> CloudResult<T> {
+        let subject = subject.into();
+        // Calls that change the cloud are traced where they start and end, so that a test
+        // watching a process's log knows when one is in flight (the chaos scenario kills it
+        // then).
+        let _trace = MUTATING
+            .contains(&op)
+            .then(|| CallTrace::start(op, subject.clone()));
+        self.call_inner(op, subject, args, f).await
+    }
+
+    async fn call_inner<T>(
+        &self,
+        op: &'static str,
+        subject: String,
+        args: impl FnOnce(&mut State) -> CallArgs,
+        f: impl FnOnce(&FakeCloudConfig, &mut State) -> CloudResult<T>,
+    ) -> CloudResult<T> {
         let (latency, throttled) = {
             let mut st = self.lock();
             let args = args(&mut st);
@@ -218,7 +254,7 @@ impl FakeCloud {
                 }
                 st.calls.push_back(CallRecord {
                     operation: op.to_owned(),
-                    subject: subject.into(),
+                    subject,
                     args,
                     rejected: throttled.is_some(),
                 });
@@ -246,6 +282,9 @@ impl FakeCloud {
         let result = f(&self.inner.config, &mut st)?;
         if MUTATING.contains(&op) {
             self.persist(&st).map_err(CloudError::other)?;
+        }
+        if let Some(err) = st.fire_after_effect(op) {
+            return Err(err);
         }
         Ok(result)
     }

@@ -124,6 +124,11 @@ pub struct FakeCloudConfig {
     /// rewritten atomically after every change, so the cloud outlives the process. Default
     /// unset (in memory only).
     pub state_file: Option<PathBuf>,
+    /// When set, a file of node names, one a line, whose instances do not exist (as if they
+    /// matched `missing_nodes`), read again at every lookup: a test terminates the instance of
+    /// a Node while another process runs the cloud by adding the Node's name. A file that does
+    /// not exist lists none. Default unset.
+    pub missing_nodes_file: Option<PathBuf>,
     /// Faults armed at start, keyed by operation name ([`OPERATIONS`]).
     pub faults: BTreeMap<String, Vec<Fault>>,
 }
@@ -154,6 +159,7 @@ impl Default for FakeCloudConfig {
             quota: QuotaConfig::default(),
             call_log_limit: DEFAULT_CALL_LOG_LIMIT,
             state_file: None,
+            missing_nodes_file: None,
             faults: BTreeMap::new(),
         }
     }
@@ -266,7 +272,8 @@ pub struct Rate {
 ///
 /// In the config file (`faults:`), the variants are written `fail_next: 2`,
 /// `fail_with_probability: {p: 0.5, seed: 7}`, `retry: {after_ms: 1500, count: 1}`,
-/// `not_implemented` and `instance_not_found`.
+/// `retry_with_probability: {p: 0.1, after_ms: 500, seed: 7}`,
+/// `timeout_after_effect: {p: 0.1, seed: 7}`, `not_implemented` and `instance_not_found`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
     /// The next N calls fail with [`CloudError::Other`](ccm_core::CloudError::Other)
@@ -288,6 +295,25 @@ pub enum Fault {
         /// How many calls answer it.
         count: usize,
     },
+    /// Every call answers [`CloudError::Retry`](ccm_core::CloudError::Retry) with this delay
+    /// with probability `p`, drawn from a generator seeded with `seed` (a cloud's 429).
+    RetryWithProbability {
+        /// Probability that a call answers `Retry`.
+        p: f64,
+        /// The delay to ask for (`after_ms` in the config file).
+        after: Duration,
+        /// Seed of the random generator.
+        seed: u64,
+    },
+    /// With probability `p` (seeded with `seed`), a call takes effect and then fails as if it
+    /// had timed out (`fake cloud: injected timeout of <operation> after it took effect`): the
+    /// load balancer or route exists although the caller was told the call failed.
+    TimeoutAfterEffect {
+        /// Probability that a call times out after taking effect.
+        p: f64,
+        /// Seed of the random generator.
+        seed: u64,
+    },
     /// Every call answers [`CloudError::NotImplemented`](ccm_core::CloudError::NotImplemented).
     NotImplemented,
     /// Every call answers
@@ -307,6 +333,18 @@ struct FaultMap {
     fail_with_probability: Option<ProbabilitySpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     retry: Option<RetrySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_with_probability: Option<RetryProbabilitySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timeout_after_effect: Option<ProbabilitySpec>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryProbabilitySpec {
+    p: f64,
+    after_ms: u64,
+    seed: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -329,7 +367,10 @@ impl Serialize for Fault {
             fail_next: None,
             fail_with_probability: None,
             retry: None,
+            retry_with_probability: None,
+            timeout_after_effect: None,
         };
+        let ms = |d: &Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         match self {
             Fault::NotImplemented => s.serialize_str("not_implemented"),
             Fault::InstanceNotFound => s.serialize_str("instance_not_found"),
@@ -345,9 +386,23 @@ impl Serialize for Fault {
             .serialize(s),
             Fault::Retry { after, count } => FaultMap {
                 retry: Some(RetrySpec {
-                    after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                    after_ms: ms(after),
                     count: *count,
                 }),
+                ..empty
+            }
+            .serialize(s),
+            Fault::RetryWithProbability { p, after, seed } => FaultMap {
+                retry_with_probability: Some(RetryProbabilitySpec {
+                    p: *p,
+                    after_ms: ms(after),
+                    seed: *seed,
+                }),
+                ..empty
+            }
+            .serialize(s),
+            Fault::TimeoutAfterEffect { p, seed } => FaultMap {
+                timeout_after_effect: Some(ProbabilitySpec { p: *p, seed: *seed }),
                 ..empty
             }
             .serialize(s),
@@ -365,7 +420,9 @@ impl<'de> Deserialize<'de> for Fault {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(
                     "a fault: not_implemented, instance_not_found, {fail_next: N}, \
-                     {fail_with_probability: {p: P, seed: S}} or {retry: {after_ms: MS, count: N}}",
+                     {fail_with_probability: {p: P, seed: S}}, {retry: {after_ms: MS, count: N}}, \
+                     {retry_with_probability: {p: P, after_ms: MS, seed: S}} or \
+                     {timeout_after_effect: {p: P, seed: S}}",
                 )
             }
 
@@ -381,6 +438,8 @@ impl<'de> Deserialize<'de> for Fault {
                             "fail_next",
                             "fail_with_probability",
                             "retry",
+                            "retry_with_probability",
+                            "timeout_after_effect",
                         ],
                     )),
                 }
@@ -389,29 +448,37 @@ impl<'de> Deserialize<'de> for Fault {
             fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Fault, A::Error> {
                 let spec =
                     FaultMap::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                match spec {
-                    FaultMap {
-                        fail_next: Some(n),
-                        fail_with_probability: None,
-                        retry: None,
-                    } => Ok(Fault::FailNext(n)),
-                    FaultMap {
-                        fail_next: None,
-                        fail_with_probability: Some(ProbabilitySpec { p, seed }),
-                        retry: None,
-                    } => Ok(Fault::FailWithProbability { p, seed }),
-                    FaultMap {
-                        fail_next: None,
-                        fail_with_probability: None,
-                        retry: Some(RetrySpec { after_ms, count }),
-                    } => Ok(Fault::Retry {
+                let keys = usize::from(spec.fail_next.is_some())
+                    + usize::from(spec.fail_with_probability.is_some())
+                    + usize::from(spec.retry.is_some())
+                    + usize::from(spec.retry_with_probability.is_some())
+                    + usize::from(spec.timeout_after_effect.is_some());
+                let fault = if keys != 1 {
+                    None
+                } else if let Some(n) = spec.fail_next {
+                    Some(Fault::FailNext(n))
+                } else if let Some(ProbabilitySpec { p, seed }) = spec.fail_with_probability {
+                    Some(Fault::FailWithProbability { p, seed })
+                } else if let Some(RetrySpec { after_ms, count }) = spec.retry {
+                    Some(Fault::Retry {
                         after: Duration::from_millis(after_ms),
                         count,
-                    }),
-                    _ => Err(serde::de::Error::custom(
-                        "a fault map must have exactly one key: fail_next, fail_with_probability or retry",
-                    )),
-                }
+                    })
+                } else if let Some(r) = spec.retry_with_probability {
+                    Some(Fault::RetryWithProbability {
+                        p: r.p,
+                        after: Duration::from_millis(r.after_ms),
+                        seed: r.seed,
+                    })
+                } else {
+                    spec.timeout_after_effect
+                        .map(|ProbabilitySpec { p, seed }| Fault::TimeoutAfterEffect { p, seed })
+                };
+                fault.ok_or_else(|| {
+                    serde::de::Error::custom(
+                        "a fault map must have exactly one key: fail_next, fail_with_probability, retry, retry_with_probability or timeout_after_effect",
+                    )
+                })
             }
         }
 

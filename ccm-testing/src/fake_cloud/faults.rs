@@ -44,6 +44,9 @@ impl State {
                         format!("fake cloud: injected retry of {op}"),
                     ))
                 }
+                ArmedFault::RetryProbability { p, after, rng } => rng.random_bool(*p).then(|| {
+                    CloudError::retry(*after, format!("fake cloud: injected retry of {op}"))
+                }),
                 ArmedFault::NotImplemented => Some(CloudError::NotImplemented),
                 ArmedFault::InstanceNotFound => Some(CloudError::InstanceNotFound),
                 _ => None,
@@ -58,8 +61,37 @@ impl State {
                 ArmedFault::FailNext(0) | ArmedFault::Retry { left: 0, .. }
             )
         });
+        if let Some(e) = &fired {
+            tracing::debug!(operation = op, kind = e.kind(), "fake cloud fault injected");
+        }
         fired
     }
+}
+
+impl State {
+    /// Consults the [`Fault::TimeoutAfterEffect`] faults armed on `op`, once its call took
+    /// effect: the error the caller gets instead of the answer, if one fires.
+    pub(super) fn fire_after_effect(&mut self, op: &str) -> Option<CloudError> {
+        let faults = self.faults.get_mut(op)?;
+        faults.iter_mut().find_map(|fault| match fault {
+            ArmedFault::TimeoutAfterEffect { p, rng } => rng.random_bool(*p).then(|| {
+                tracing::debug!(
+                    operation = op,
+                    kind = "timeout_after_effect",
+                    "fake cloud fault injected"
+                );
+                CloudError::msg(format!(
+                    "fake cloud: injected timeout of {op} after it took effect"
+                ))
+            }),
+            _ => None,
+        })
+    }
+}
+
+/// A probability rand accepts: out-of-range values are clamped (NaN never fires).
+fn clamp(p: f64) -> f64 {
+    if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) }
 }
 
 fn injected(op: &str) -> CloudError {
@@ -71,7 +103,16 @@ pub(super) fn arm(fault: Fault) -> ArmedFault {
         Fault::FailNext(n) => ArmedFault::FailNext(n),
         Fault::FailWithProbability { p, seed } => ArmedFault::Probability {
             // Out-of-range values are clamped (NaN never fails) rather than panicking in rand.
-            p: if p.is_nan() { 0.0 } else { p.clamp(0.0, 1.0) },
+            p: clamp(p),
+            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
+        },
+        Fault::RetryWithProbability { p, after, seed } => ArmedFault::RetryProbability {
+            p: clamp(p),
+            after,
+            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
+        },
+        Fault::TimeoutAfterEffect { p, seed } => ArmedFault::TimeoutAfterEffect {
+            p: clamp(p),
             rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
         },
         Fault::Retry { after, count } => ArmedFault::Retry { after, left: count },

@@ -35,8 +35,20 @@ impl State {
     pub(super) fn is_missing(&self, node_name: &str) -> bool {
         match self.nodes.get(node_name).and_then(|a| a.exists) {
             Some(exists) => !exists,
-            None => self.missing.iter().any(|r| r.is_match(node_name)),
+            None => {
+                self.missing.iter().any(|r| r.is_match(node_name))
+                    || self.in_missing_file(node_name)
+            }
         }
+    }
+
+    /// Whether `missing_nodes_file` lists the node (a file that cannot be read lists none).
+    fn in_missing_file(&self, node_name: &str) -> bool {
+        let Some(path) = &self.missing_file else {
+            return false;
+        };
+        std::fs::read_to_string(path)
+            .is_ok_and(|names| names.lines().any(|line| line.trim() == node_name))
     }
 
     pub(super) fn is_shutdown(&self, node_name: &str) -> bool {

@@ -249,8 +249,23 @@ struct StoredRoute {
 /// A [`Fault`] armed on an operation, with its remaining count or its random generator.
 enum ArmedFault {
     FailNext(usize),
-    Probability { p: f64, rng: Box<ChaCha8Rng> },
-    Retry { after: Duration, left: usize },
+    Probability {
+        p: f64,
+        rng: Box<ChaCha8Rng>,
+    },
+    Retry {
+        after: Duration,
+        left: usize,
+    },
+    RetryProbability {
+        p: f64,
+        after: Duration,
+        rng: Box<ChaCha8Rng>,
+    },
+    TimeoutAfterEffect {
+        p: f64,
+        rng: Box<ChaCha8Rng>,
+    },
     NotImplemented,
     InstanceNotFound,
 }
@@ -317,6 +332,8 @@ struct State {
     nodes: BTreeMap<String, NodeAnswer>,
     missing: Vec<Regex>,
     shutdown: Vec<Regex>,
+    /// `missing_nodes_file`: node names, one a line, read at every lookup.
+    missing_file: Option<PathBuf>,
     faults: BTreeMap<String, Vec<ArmedFault>>,
     load_balancers: BTreeMap<String, StoredLoadBalancer>,
     host_sets: HostSets,
@@ -413,6 +430,7 @@ impl FakeCloud {
             quota: quota::Quota::new(&config.quota),
             missing: compile_patterns("missing_nodes", &config.missing_nodes),
             shutdown: compile_patterns("shutdown_nodes", &config.shutdown_nodes),
+            missing_file: config.missing_nodes_file.clone(),
             latency: Duration::from_millis(config.latency_ms),
             ..State::default()
         };

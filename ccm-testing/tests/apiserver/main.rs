@@ -5,6 +5,7 @@
 mod auth;
 mod behaviours;
 mod defaults_validation;
+mod faults;
 mod fidelity;
 mod list_watch;
 mod objects;

@@ -29,7 +29,7 @@
 
 mod metrics;
 mod patch;
-mod plan;
+pub(crate) mod plan;
 mod sync;
 
 use std::collections::HashMap;

@@ -212,7 +212,13 @@ pub(crate) async fn handle(
         }
     }
 
-    let resp = if let Some(e) = inner.take_fault(&record) {
+    // Random faults (apiserver/faults.rs): an error instead of the answer, a delay, or a watch
+    // stream cut short.
+    let mut roll = inner.api_faults.roll(&record);
+    if let Some(delay) = roll.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let resp = if let Some(e) = inner.take_fault(&record).or_else(|| roll.error.take()) {
         if record.verb == "watch" && e.code == 410 {
             // kube-apiserver sends an expired watch as a 200 stream with one ERROR event.
             watch_error_response(&e)
@@ -249,6 +255,7 @@ pub(crate) async fn handle(
             },
         }
     };
+    let resp = roll.finish(resp);
     record.status = resp.status().as_u16();
     inner.record(record);
     resp

@@ -1,0 +1,76 @@
+//! The request path of the in-process API server without a socket, for the fuzz targets of
+//! `fuzz/` (feature `fuzzing`, off by default; not part of the harness a vendor uses).
+
+use std::sync::Arc;
+
+use axum::extract::State as AxState;
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
+use bytes::Bytes;
+
+use super::Inner;
+
+/// A server's state and the request path, called directly.
+#[derive(Debug)]
+pub struct FuzzServer {
+    inner: Arc<Inner>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl FuzzServer {
+    /// An empty server on a current-thread runtime.
+    ///
+    /// # Panics
+    ///
+    /// If no tokio runtime can be built (a broken environment).
+    #[allow(clippy::expect_used)] // fuzzing only: nothing can run without a runtime
+    pub fn new() -> Self {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a current-thread runtime");
+        let inner = Inner::new();
+        // Off: the built-in namespace controller's task is not running here.
+        inner
+            .namespace_controller
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        inner
+            .record_bodies
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        FuzzServer { inner, runtime }
+    }
+
+    /// Handles one request as the server would and returns the status code (a watch's stream
+    /// is not read). A method or URI that HTTP itself rejects is `None`.
+    pub fn request(
+        &self,
+        method: &str,
+        uri: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Option<u16> {
+        let method = Method::from_bytes(method.as_bytes()).ok()?;
+        let uri: Uri = uri.parse().ok()?;
+        let mut headers = HeaderMap::new();
+        if let Some(ct) = content_type {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(ct).ok()?);
+        }
+        let body = Bytes::copy_from_slice(body);
+        let inner = self.inner.clone();
+        let resp = self.runtime.block_on(super::http::handle(
+            AxState(inner),
+            method,
+            uri,
+            headers,
+            body,
+        ));
+        // The request log would grow without bound over a fuzzing run.
+        super::lock(&self.inner.requests).clear();
+        Some(resp.status().as_u16())
+    }
+}
+
+impl Default for FuzzServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
