@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
@@ -166,7 +165,9 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Hash + Eq + Clone + Default,
 {
-    /// Creates an informer over `api` and the future that drives its watch. The future runs
+    /// Creates an informer over `api` and the future that drives its watch: a streaming
+    /// initial list where the API server offers one, else `config`'s paginated lists (see
+    /// `machinery/initial_list.rs`). The future runs
     /// until `shutdown` fires; spawn it. `strip` is applied to every object before it is stored
     /// (the runtime strips `managedFields`, and for Nodes `status.images`, which no controller
     /// reads: a node's image list is most of its size).
@@ -178,7 +179,7 @@ where
         strip: fn(&mut K),
         shutdown: CancellationToken,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let stream = watcher::watcher(api, config).default_backoff();
+        let stream = super::initial_list::watch_events(api, config);
         Self::from_stream(stream, strip, shutdown)
     }
 
