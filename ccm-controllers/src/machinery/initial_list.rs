@@ -23,10 +23,10 @@ use std::pin::Pin;
 
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::Resource;
 use serde::de::DeserializeOwned;
 
 type Events<K> = BoxStream<'static, Result<Event<K>, watcher::Error>>;
@@ -211,7 +211,14 @@ mod tests {
         .await;
         assert_eq!(
             names(&got),
-            ["init", "init-apply a", "init-done", "apply b", "init", "init-done"]
+            [
+                "init",
+                "init-apply a",
+                "init-done",
+                "apply b",
+                "init",
+                "init-done"
+            ]
         );
     }
 
@@ -230,12 +237,7 @@ mod tests {
     #[tokio::test]
     async fn forbidden_throttled_or_failing_servers_keep_streaming() {
         for code in [403, 410, 429, 500, 503] {
-            let got = run(vec![
-                rejected(code),
-                Ok(Event::Init),
-                Ok(Event::InitDone),
-            ])
-            .await;
+            let got = run(vec![rejected(code), Ok(Event::Init), Ok(Event::InitDone)]).await;
             assert_eq!(names(&got).len(), 3, "status {code}");
             assert_eq!(names(&got)[1..], ["init", "init-done"], "status {code}");
         }

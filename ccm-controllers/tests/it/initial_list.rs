@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use ccm_controllers::{Informer, strip_node};
+use ccm_testing::TestCluster;
 use ccm_testing::apiserver::{ApiServer, RequestFilter};
 use ccm_testing::builders::kubelet_node;
-use ccm_testing::TestCluster;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::watcher;
@@ -57,7 +57,11 @@ async fn the_informer_syncs_and_then_follows_changes() {
     let label = "ccm-rs.io/initial-list-test";
     let names = create_nodes(&cluster, label, &run, 12).await;
     let (informer, shutdown) = informer(cluster.client(), label, &run);
-    assert!(tokio::time::timeout(T, informer.wait_until_synced()).await.unwrap());
+    assert!(
+        tokio::time::timeout(T, informer.wait_until_synced())
+            .await
+            .unwrap()
+    );
     assert_eq!(informer.list().len(), 12);
     let nodes: Api<Node> = Api::all(cluster.client());
     nodes
@@ -98,7 +102,11 @@ async fn a_server_with_watch_list_is_streamed_not_listed() {
     create_nodes(&cluster, label, &run, 12).await;
     server.clear_requests();
     let (informer, shutdown) = informer(cluster.client(), label, &run);
-    assert!(tokio::time::timeout(T, informer.wait_until_synced()).await.unwrap());
+    assert!(
+        tokio::time::timeout(T, informer.wait_until_synced())
+            .await
+            .unwrap()
+    );
     assert_eq!(informer.list().len(), 12);
     let (watches, lists) = node_reads(server);
     assert_eq!(lists, 0, "no list request: {watches:?}");
@@ -125,7 +133,11 @@ async fn a_server_without_watch_list_is_listed_in_pages() {
     create_nodes(&cluster, label, &run, 12).await;
     server.clear_requests();
     let (informer, shutdown) = informer(cluster.client(), label, &run);
-    assert!(tokio::time::timeout(T, informer.wait_until_synced()).await.unwrap());
+    assert!(
+        tokio::time::timeout(T, informer.wait_until_synced())
+            .await
+            .unwrap()
+    );
     assert_eq!(informer.list().len(), 12);
     // One rejected streaming watch, then 12 Nodes in pages of 5 and a plain watch.
     let rejected = server

@@ -34,17 +34,6 @@ pub(crate) enum Lane {
     Refresh = 2,
 }
 
-impl Lane {
-    /// The `lane` label of the budget's metrics.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Lane::Initialise => "initialise",
-            Lane::Lifecycle => "lifecycle",
-            Lane::Refresh => "refresh",
-        }
-    }
-}
-
 tokio::task_local! {
     static LANE: Lane;
 }
@@ -92,7 +81,10 @@ impl Lanes {
     pub(super) async fn admit<F: Future>(&self, lane: Lane, admission: F) -> F::Output {
         let index = lane as usize;
         self.counts()[index] += 1;
-        let _waiting = Waiting { lanes: self, lane: index };
+        let _waiting = Waiting {
+            lanes: self,
+            lane: index,
+        };
         let _serial = match index.checked_sub(1).and_then(|i| self.serial.get(i)) {
             Some(serial) => Some(serial.lock().await),
             None => None,
@@ -138,14 +130,20 @@ mod tests {
     #[async_trait]
     impl InstancesV2 for Recording {
         async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-            self.0.lock().unwrap().push(node.metadata.name.clone().unwrap_or_default());
+            self.0
+                .lock()
+                .unwrap()
+                .push(node.metadata.name.clone().unwrap_or_default());
             Ok(true)
         }
         async fn instance_shutdown(&self, _: &Node) -> CloudResult<bool> {
             Ok(false)
         }
         async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
-            self.0.lock().unwrap().push(node.metadata.name.clone().unwrap_or_default());
+            self.0
+                .lock()
+                .unwrap()
+                .push(node.metadata.name.clone().unwrap_or_default());
             Ok(InstanceMetadata::default())
         }
     }
@@ -231,7 +229,9 @@ mod tests {
             tokio::spawn(in_lane(Lane::Refresh, async move {
                 let v2 = budgeted.instances_v2().unwrap();
                 for i in 0..3 {
-                    v2.instance_metadata(&node(&format!("refresh-{i}"))).await.unwrap();
+                    v2.instance_metadata(&node(&format!("refresh-{i}")))
+                        .await
+                        .unwrap();
                 }
             }))
         };
@@ -243,7 +243,9 @@ mod tests {
                     let budgeted = budgeted.clone();
                     tasks.spawn(async move {
                         let v2 = budgeted.instances_v2().unwrap();
-                        v2.instance_metadata(&node(&format!("init-{i:02}"))).await.unwrap();
+                        v2.instance_metadata(&node(&format!("init-{i:02}")))
+                            .await
+                            .unwrap();
                     });
                 }
                 tasks.join_all().await;
