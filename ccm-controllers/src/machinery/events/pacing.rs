@@ -94,7 +94,7 @@ impl<T> Pacing<T> {
             .entry((component.to_owned(), reason.to_owned()))
             .or_insert(0);
         *seen += 1;
-        (*seen - 1) % SAMPLE_EVERY == 0
+        (*seen - 1).is_multiple_of(SAMPLE_EVERY)
     }
 
     /// Keeps a Warning that found the queue full.

@@ -64,8 +64,11 @@ async fn warnings_are_never_dropped_for_a_full_queue() {
         t.recorder.normal(&burst_subject(&t, i), "Synced", "synced");
     }
     for i in 0..5 {
-        t.recorder
-            .warning(&burst_subject(&t, 10 + i), "SyncFailed", "the cloud said no");
+        t.recorder.warning(
+            &burst_subject(&t, 10 + i),
+            "SyncFailed",
+            "the cloud said no",
+        );
     }
     assert_eq!(t.events.queued(), 2);
     assert_eq!(t.counted("dropped"), 1, "the third Normal Event");

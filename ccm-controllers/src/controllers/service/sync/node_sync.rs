@@ -37,8 +37,11 @@ pub(super) struct HostSet {
     /// The last host list compared with `keys`, and whether it was sufficiently equal: most
     /// load balancers remember the same list, so a node-sync pass over 10,000 load balancers
     /// compares each distinct list once (O(hosts)), not once per load balancer.
-    compared: Arc<std::sync::Mutex<Option<(Arc<[HostKey]>, bool)>>>,
+    compared: Arc<std::sync::Mutex<Option<Compared>>>,
 }
+
+/// A host list compared with a [`HostSet`]'s keys, and whether it was sufficiently equal.
+type Compared = (Arc<[HostKey]>, bool);
 
 impl HostSet {
     /// Whether a load balancer last given `last` has these hosts (Go's
