@@ -6,8 +6,10 @@
 //! ([`DEFAULT_QUEUE_CAPACITY`], client-go's `maxQueuedEvents`) and return; one task per process,
 //! the [`EventWriter`], writes them. A controller never waits for an Event write, so a slow or
 //! failing events API cannot hold up node initialisation or load-balancer updates. When the
-//! queue is full the Event is dropped, as client-go drops it (`DropIfChannelFull`): counted in
-//! `event_recorder_events_total{result="dropped"}` and logged (at most one warning every 10 s).
+//! queue is full a Normal Event is dropped, as client-go drops it (`DropIfChannelFull`): counted
+//! in `event_recorder_events_total{result="dropped"}` and logged (one warning every 10 s at most).
+//! Under a burst Normal Events are sampled, Warnings never dropped, and the writer yields to the
+//! controllers' writes when the API server is the bottleneck (`events/pacing.rs`).
 //!
 //! Every Warning is also logged at WARN when it is recorded, with the component, the object,
 //! the reason and the note (which carries the error), at most once per [`WARN_LOG_INTERVAL`]
@@ -77,6 +79,7 @@
 //! counts as `dropped`, as do the Events still queued.
 mod correlator;
 mod warn_log;
+mod pacing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -172,6 +175,8 @@ struct Shared {
     drop_log: Mutex<LogLimiter>,
     /// Every Warning Event is also logged, rate-limited per object (`warn_log.rs`).
     warnings: warn_log::WarningLog,
+    /// Sampling under a burst, the Warnings' overflow, the writes-in-flight limit.
+    pacing: pacing::Pacing<Queued>,
 }
 
 impl Shared {
@@ -234,12 +239,14 @@ impl EventBroadcaster {
         let capacity = capacity.max(1);
         let (tx, rx) = mpsc::channel(capacity);
         let counts = Family::<ResultLabel, Counter>::default();
-        for result in ["written", "retried", "failed", "dropped", "filtered"] {
+        for result in [
+            "written", "retried", "failed", "dropped", "filtered", "sampled",
+        ] {
             let _ = counts.get_or_create(&ResultLabel { result });
         }
         metrics.register(
             "event_recorder_events",
-            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written), filtered (held back by the per-object spam filter, as client-go's)",
+            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written), filtered (held back by the per-object spam filter, as client-go's), sampled (a Normal Event skipped under a burst)",
             counts.clone(),
         );
         let shared = Arc::new(Shared {
@@ -248,6 +255,7 @@ impl EventBroadcaster {
             counts,
             drop_log: Mutex::new(LogLimiter::default()),
             warnings: warn_log::WarningLog::default(),
+            pacing: pacing::Pacing::new(MAX_IN_FLIGHT, metrics),
         });
         let writer = EventWriter {
             rx,
@@ -343,6 +351,13 @@ impl EventRecorder {
     where
         K: Resource<DynamicType = ()>,
     {
+        let waiting = self.shared.capacity - self.shared.tx.capacity();
+        let pacing = &self.shared.pacing;
+        if matches!(type_, EventType::Normal)
+            && !pacing.admit_normal(&self.component, reason, waiting, self.shared.capacity)
+        {
+            return self.shared.count("sampled", 1);
+        }
         let queued = Queued {
             component: self.component.clone(),
             client: self.client.clone(),
@@ -354,6 +369,9 @@ impl EventRecorder {
         };
         match self.shared.tx.try_send(queued) {
             Ok(()) => {}
+            Err(TrySendError::Full(queued)) if matches!(queued.type_, EventType::Warning) => {
+                pacing.overflow(queued)
+            }
             Err(TrySendError::Full(queued)) => {
                 self.shared.dropped(&queued, "the event queue is full")
             }
@@ -481,6 +499,12 @@ impl EventWriter {
         });
         let mut flight = InFlight::default();
         loop {
+            let limit = self.max_in_flight.min(self.shared.pacing.limit());
+            while flight.len() < limit
+                && let Some(warning) = self.shared.pacing.take_overflow()
+            {
+                self.dispatch(warning, &writes, &mut flight);
+            }
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
@@ -489,7 +513,8 @@ impl EventWriter {
                         flight.add(&writes, waiting);
                     }
                 }
-                queued = self.rx.recv(), if flight.len() < self.max_in_flight => match queued {
+                () = self.shared.pacing.overflowed(), if flight.len() < limit => {}
+                queued = self.rx.recv(), if flight.len() < limit => match queued {
                     Some(queued) => self.dispatch(queued, &writes, &mut flight),
                     // Every sender is gone: nothing can be queued any more.
                     None => {
@@ -503,7 +528,8 @@ impl EventWriter {
         let mut flushed = 0u64;
         while Instant::now() < deadline {
             if flight.len() < self.max_in_flight {
-                if let Ok(queued) = self.rx.try_recv() {
+                let next = self.shared.pacing.take_overflow();
+                if let Some(queued) = next.or_else(|| self.rx.try_recv().ok()) {
                     self.dispatch(queued, &writes, &mut flight);
                     flushed += 1;
                     continue;
@@ -597,6 +623,7 @@ impl Writes {
         let mut tries = 0u32;
         let mut attempted = false;
         loop {
+            let started = Instant::now();
             let Some(result) = self.attempt(&job, create).await else {
                 self.abandoned(
                     &job,
@@ -606,6 +633,9 @@ impl Writes {
                 return;
             };
             attempted = true;
+            let overloaded =
+                matches!(&result, Err(kube::Error::Api(s)) if s.code == 429 || s.code >= 500);
+            self.shared.pacing.observe(started.elapsed(), overloaded);
             let error = match result {
                 Ok(()) => {
                     self.shared.count("written", job.observations);
@@ -771,17 +801,4 @@ fn retryable(error: &kube::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_log_limiter_allows_one_log_per_interval_and_counts_the_rest() {
-        let mut l = LogLimiter::default();
-        assert_eq!(l.allow(), Some(0));
-        assert_eq!(l.allow(), None);
-        assert_eq!(l.allow(), None);
-        tokio::time::advance(LOG_INTERVAL).await;
-        assert_eq!(l.allow(), Some(2));
-        assert_eq!(l.allow(), None);
-    }
-}
+mod tests;

@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::{Stream, StreamExt};
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Resource, ResourceExt};
@@ -166,7 +165,9 @@ where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Hash + Eq + Clone + Default,
 {
-    /// Creates an informer over `api` and the future that drives its watch. The future runs
+    /// Creates an informer over `api` and the future that drives its watch: a streaming
+    /// initial list where the API server offers one, else `config`'s paginated lists (see
+    /// `machinery/initial_list.rs`). The future runs
     /// until `shutdown` fires; spawn it. `strip` is applied to every object before it is stored
     /// (the runtime strips `managedFields`, and for Nodes `status.images`, which no controller
     /// reads: a node's image list is most of its size).
@@ -178,7 +179,7 @@ where
         strip: fn(&mut K),
         shutdown: CancellationToken,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let stream = watcher::watcher(api, config).default_backoff();
+        let stream = super::initial_list::watch_events(api, config);
         Self::from_stream(stream, strip, shutdown)
     }
 
@@ -407,8 +408,9 @@ async fn drive<K, S>(
 /// page.
 pub(crate) const NODE_LIST_PAGE_SIZE: u32 = 50;
 
-/// The watcher configuration of the shared Node informer: consistent (`resourceVersion`
-/// unset) lists in pages of [`NODE_LIST_PAGE_SIZE`].
+/// The watcher configuration of the shared Node informer where the API server does not offer
+/// streaming lists (`machinery/initial_list.rs`): consistent (`resourceVersion` unset) lists in
+/// pages of [`NODE_LIST_PAGE_SIZE`].
 ///
 /// A `resourceVersion=0` list would come from the API server's watch cache, which ignores
 /// `limit` (up to Kubernetes 1.33): one response with every Node, all decoded at once. (kube
@@ -423,10 +425,12 @@ pub(crate) fn node_watcher_config() -> watcher::Config {
 /// Removes from a Node, before it is cached, what neither the controllers nor a cloud provider
 /// reads: `status.images` (usually most of a Node's size), `capacity`, `allocatable`,
 /// `volumesAttached`, `volumesInUse`, `daemonEndpoints`, `config`, `features`,
-/// `runtimeHandlers`, and every condition but `Ready` (node lifecycle) and
-/// `NetworkUnavailable` (routes). Kept: all metadata (but `managedFields`, which every
-/// informer drops), the whole spec, `addresses`, `nodeInfo` (clouds match instances by
-/// `systemUUID`), `phase`.
+/// `runtimeHandlers`, every condition but `Ready` (node lifecycle) and `NetworkUnavailable`
+/// (routes) and those two's `message`, and of `nodeInfo` the boot ID and the kernel, OS image,
+/// container runtime, kubelet and kube-proxy versions (empty strings). Kept: all metadata
+/// (but `managedFields`, which every informer drops), the whole spec, `addresses`, of
+/// `nodeInfo` `systemUUID` (clouds match instances by it), `machineID`, `architecture` and
+/// `operatingSystem`, `phase`.
 ///
 /// A cached Node is what the providers' load-balancer calls receive as hosts, and what every
 /// controller reads; what that saves per Node is measured in `docs/performance.md`, section
@@ -450,6 +454,22 @@ pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
         conditions
             .retain(|c| c.type_ == CONDITION_READY || c.type_ == CONDITION_NETWORK_UNAVAILABLE);
         conditions.shrink_to_fit();
+        for condition in conditions.iter_mut() {
+            condition.message = None;
+        }
+    }
+    if let Some(info) = status.node_info.as_mut() {
+        // Strings no controller reads; an empty String holds no memory.
+        for field in [
+            &mut info.boot_id,
+            &mut info.kernel_version,
+            &mut info.os_image,
+            &mut info.container_runtime_version,
+            &mut info.kubelet_version,
+            &mut info.kube_proxy_version,
+        ] {
+            *field = String::new();
+        }
     }
 }
 

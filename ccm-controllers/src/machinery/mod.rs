@@ -8,5 +8,6 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod go_syntax;
 pub(crate) mod informer;
+pub(crate) mod initial_list;
 pub(crate) mod metrics;
 pub(crate) mod workqueue;

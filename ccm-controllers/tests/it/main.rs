@@ -19,6 +19,7 @@ mod cloud_node;
 mod events;
 mod flags;
 mod go_tables;
+mod initial_list;
 mod instance_batch;
 mod node_ipam;
 mod node_lifecycle;

@@ -340,6 +340,8 @@ pub(crate) struct Inner {
     record_bodies: std::sync::atomic::AtomicBool,
     /// `--service-account-max-token-expiration`: the longest token the TokenRequest API issues.
     max_token_expiration: Mutex<Option<Duration>>,
+    /// Whether watches may ask for `sendInitialEvents` (the WatchList feature gate).
+    watch_list: std::sync::atomic::AtomicBool,
 }
 
 /// Locks a mutex, going on after a panic in another holder (test state stays inspectable).
@@ -371,6 +373,7 @@ impl Inner {
             rbac: std::sync::atomic::AtomicBool::new(false),
             record_bodies: std::sync::atomic::AtomicBool::new(true),
             max_token_expiration: Mutex::new(None),
+            watch_list: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -388,6 +391,10 @@ impl Inner {
 
     pub(crate) fn max_token_expiration(&self) -> Option<Duration> {
         *lock(&self.max_token_expiration)
+    }
+
+    pub(crate) fn watch_list(&self) -> bool {
+        self.watch_list.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub(crate) fn latency(&self) -> Duration {
@@ -701,6 +708,15 @@ impl ApiServer {
     /// kube-apiserver sends one about every minute).
     pub fn set_bookmark_interval(&self, interval: Duration) {
         *lock(&self.inner.bookmark_interval) = interval.max(Duration::from_millis(10));
+    }
+
+    /// Turns the WatchList feature on (the default, as in recent kube-apiservers) or off. Off, a
+    /// watch with `sendInitialEvents=true` is rejected with `422 Invalid`, as by a v1.33
+    /// kube-apiserver whose `WatchList` feature gate is off; clients list in pages instead.
+    pub fn set_watch_list(&self, enabled: bool) {
+        self.inner
+            .watch_list
+            .store(enabled, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Ends every open watch stream (clients re-watch from their last resourceVersion).

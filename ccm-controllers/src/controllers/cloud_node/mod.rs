@@ -23,12 +23,17 @@
 //!   other are looked up in one `describe_instances` call (at most `max_batch_size` Nodes), and
 //!   the periodic refresh asks every initialised Node in calls of `max_batch_size`. A Node
 //!   missing from an answer is asked alone; a `Retry` of a call delays every Node of it.
+//! - **Refresh last**: the periodic refresh's cloud calls go after initialisation and the
+//!   lifecycle checks in the cloud-call budget; a refresh that does not fit its period
+//!   stretches it, with the gauge `node_controller_address_refresh_period_seconds` and one
+//!   warning (`refresh.rs`).
 //! - **Address change detection** is exact within each address type (Go's map-based check
 //!   misses changes between lists holding several addresses of one type).
 
 pub(crate) mod cloud;
 mod metrics;
 pub(crate) mod plan;
+mod refresh;
 mod sync;
 
 use std::sync::Arc;
@@ -39,6 +44,7 @@ use kube::ResourceExt;
 use tokio::time::MissedTickBehavior;
 
 use crate::controllers::node::instance_batch;
+use crate::machinery::budget::lanes::{Lane, in_lane};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::machinery::informer::Change;
@@ -187,7 +193,9 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
         let (ctx, queue, shared) = (ctx.clone(), queue.clone(), shared.clone());
         let period = config.status_update_frequency;
         let workers = config.effective_status_workers();
-        tokio::spawn(async move {
+        let mut achieved = refresh::RefreshPeriod::register(&ctx.metrics, period);
+        // Its cloud calls go last in the budget (after initialisation and lifecycle checks).
+        tokio::spawn(in_lane(Lane::Refresh, async move {
             let mut ticker = tokio::time::interval(period);
             ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
             // The label reconcile of the first pass is already queued: the subscription
@@ -199,17 +207,20 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     _ = ticker.tick() => {}
                 }
                 let _busy = ctx.activity().begin();
+                let started = tokio::time::Instant::now();
                 let queue_labels = !std::mem::take(&mut first_pass);
                 let (initialised, tainted): (Vec<_>, Vec<_>) = ctx
                     .nodes
                     .list()
                     .into_iter()
                     .partition(|n| !plan::has_uninitialized_taint(n));
+                let count = initialised.len();
+                let batching = instance_batch::batches(ctx.cloud.as_ref());
                 let tainted = futures::stream::iter(tainted.into_iter().map(|n| (n, None)));
                 // With a batching provider, the initialised Nodes' addresses come from
                 // `describe_instances` calls of up to `max_batch_size` Nodes each, used as
                 // each call answers (never every Node's answer held at once).
-                let nodes = if instance_batch::batches(ctx.cloud.as_ref()) {
+                let nodes = if batching {
                     instance_batch::describe_batches(
                         ctx.cloud.as_ref(),
                         initialised,
@@ -239,8 +250,9 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                         }
                     })
                     .await;
+                achieved.pass_done(started.elapsed(), count, batching);
             }
-        })
+        }))
     };
 
     let handler_shared = shared.clone();

@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use tokio::time::MissedTickBehavior;
 
+use crate::machinery::budget::lanes::{Lane, in_lane};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 
@@ -138,7 +139,8 @@ pub async fn run(
             _ = ticker.tick() => {}
         }
         let _busy = ctx.activity().begin();
-        lifecycle.monitor().await;
+        // Its cloud calls go after initialisation, before the address refresh.
+        in_lane(Lane::Lifecycle, lifecycle.monitor()).await;
     }
     tracing::info!("{NAME} stopped");
     Ok(())

@@ -1,5 +1,5 @@
-//! One cloud call through the budget: the token bucket, the operation's AIMD pacer, the
-//! timeout, the metrics and the in-flight count.
+//! One cloud call through the budget: the priority lanes, the token bucket, the operation's
+//! AIMD pacer, the timeout, the metrics and the in-flight count.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -43,6 +43,8 @@ pub(crate) struct Budget {
     /// The AIMD pacer of every operation called so far.
     adaptive: Mutex<HashMap<&'static str, AimdRate>>,
     adaptive_qps: Family<OperationLabel, Gauge<f64, AtomicU64>>,
+    /// The priority gate in front of the token bucket and the pacer.
+    lanes: super::lanes::Lanes,
 }
 
 struct InFlight<'a>(&'a watch::Sender<usize>);
@@ -86,6 +88,7 @@ impl Budget {
             in_flight: watch::channel(0).0,
             adaptive: Mutex::new(HashMap::new()),
             adaptive_qps,
+            lanes: super::lanes::Lanes::default(),
         }
     }
 
@@ -151,10 +154,15 @@ impl Budget {
     {
         self.in_flight.send_modify(|n| *n += 1);
         let _guard = InFlight(&self.in_flight);
-        if let Some(limiter) = &self.limiter {
-            limiter.acquire().await;
-        }
-        let round = self.pace(operation).await;
+        let round = self
+            .lanes
+            .admit(super::lanes::current(), async {
+                if let Some(limiter) = &self.limiter {
+                    limiter.acquire().await;
+                }
+                self.pace(operation).await
+            })
+            .await;
         let start = Instant::now();
         let result = match self.timeout {
             Some(timeout) => match tokio::time::timeout(timeout, call).await {

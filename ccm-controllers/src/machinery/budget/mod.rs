@@ -5,6 +5,8 @@
 //! `budgeted.load_balancer().is_none()` exactly when the provider has no load balancers). Every
 //! call passes, in order:
 //!
+//! 0. the priority lanes ([`lanes`]): under a quota, initialisation and ensures before
+//!    lifecycle checks before the periodic refresh;
 //! 1. the token bucket (`--cloud-api-qps`, `--cloud-api-burst`; unlimited by default), shared by
 //!    all controllers: a burst of calls waits for tokens instead of tripping the cloud's own
 //!    rate limit;
@@ -57,6 +59,7 @@
 
 mod aimd;
 mod call;
+pub(crate) mod lanes;
 mod provider;
 mod token_bucket;
 

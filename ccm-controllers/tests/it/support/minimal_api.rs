@@ -1,5 +1,5 @@
 //! The runtime on its own: a minimal API server for its shared informers (empty Node and
-//! Service lists, watches that stay open, served by axum), a test provider whose calls take a
+//! Service lists, watches that stay open, no streaming lists, served by axum), a test provider whose calls take a
 //! set time, and a runtime run that stops at once.
 
 use std::collections::BTreeMap;
@@ -33,6 +33,15 @@ pub(crate) async fn fake_api_server() -> String {
                 .lock()
                 .unwrap()
                 .push(agent.to_str().unwrap().to_owned());
+        }
+        if q.get("sendInitialEvents").is_some_and(|w| w == "true") {
+            // As a v1.33 kube-apiserver with the WatchList feature gate off.
+            let status = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422,"message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}"#;
+            return axum::response::Response::builder()
+                .status(422)
+                .header("content-type", "application/json")
+                .body(Body::from(status))
+                .unwrap();
         }
         if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
             let stream = futures::stream::pending::<Result<Vec<u8>, std::io::Error>>();

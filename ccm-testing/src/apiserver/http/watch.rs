@@ -152,6 +152,13 @@ pub(super) fn watch_response(
     };
     let bookmarks = param("allowWatchBookmarks") == Some("true");
     let send_initial = param("sendInitialEvents") == Some("true");
+    if send_initial && !inner.watch_list() {
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    }
     if send_initial && !bookmarks {
         return Err(ApiError::new(
             422,

@@ -20,6 +20,11 @@ pub(crate) struct Ccm {
     /// Started under `--ccm-wrapper` in a process group of its own, which is signalled whole
     /// (the wrapper's children would outlive a signal to the wrapper alone).
     pub(crate) group: bool,
+    /// From the spawn to the first `/readyz` 200 (informers synced: with `--leader-elect=false`
+    /// this is a restart's "process start → every informer synced").
+    pub(crate) ready_after: Duration,
+    /// Peak RSS (VmHWM) at that moment, in KB.
+    pub(crate) ready_hwm_kb: u64,
 }
 
 impl Ccm {
@@ -219,6 +224,7 @@ impl Ccm {
         }
         cmd.args(&opts.ccm_args);
         let logfile = std::fs::File::create(&log).unwrap();
+        let spawned = Instant::now();
         let child = cmd
             .stdout(Stdio::from(logfile.try_clone().unwrap()))
             .stderr(Stdio::from(logfile))
@@ -242,8 +248,17 @@ impl Ccm {
             config,
             clk_tck: clk_tck(),
             group: opts.ccm_wrapper.is_some(),
+            ready_after: Duration::ZERO,
+            ready_hwm_kb: 0,
         };
-        ccm.wait_ready(Duration::from_secs(120)).await;
+        ccm.wait_ready(Duration::from_secs(600)).await;
+        ccm.ready_after = spawned.elapsed();
+        ccm.ready_hwm_kb = ccm.proc().hwm_kb;
+        eprintln!(
+            "[bench] fake-ccm ready {:.2} s after its start (peak RSS {:.1} MB)",
+            ccm.ready_after.as_secs_f64(),
+            ccm.ready_hwm_kb as f64 / 1024.0
+        );
         ccm
     }
 

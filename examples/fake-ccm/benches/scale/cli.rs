@@ -95,6 +95,10 @@ pub(crate) struct Cli {
     /// Objects the harness creates concurrently.
     #[arg(long, default_value_t = 64)]
     pub(crate) create_concurrency: usize,
+    /// Entries in each Node's `status.images` (kubelet reports up to 50; about 250 bytes of
+    /// JSON each). Fewer let the in-process API server hold 100,000 Nodes in less memory.
+    #[arg(long, default_value_t = 40)]
+    pub(crate) images: usize,
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     pub(crate) ccm_args: Vec<String>,
@@ -124,6 +128,7 @@ pub(crate) struct Opts {
     pub(crate) max_batch_size: Option<usize>,
     pub(crate) cluster_cidr: String,
     pub(crate) node_cidr_mask_size: u8,
+    pub(crate) images: usize,
 }
 
 impl Opts {
@@ -159,6 +164,7 @@ impl Opts {
             max_batch_size: c.max_batch_size,
             cluster_cidr: c.cluster_cidr.clone(),
             node_cidr_mask_size: c.node_cidr_mask_size,
+            images: c.images,
         }
     }
 
@@ -201,6 +207,9 @@ impl Opts {
         }
         if let Some(max) = self.max_batch_size {
             m.insert("max_batch_size".into(), json!(max));
+        }
+        if self.images != 40 {
+            m.insert("images".into(), json!(self.images));
         }
         if !self.ccm_args.is_empty() {
             m.insert("ccm_args".into(), json!(self.ccm_args));

@@ -331,12 +331,13 @@ pub(crate) async fn create_nodes(
             metas.insert(i, metadata(env, i).await);
         }
     }
-    let objs: Vec<Node> = range
-        .map(|i| node(env, i, kind(i), metas.get(&i)))
-        .collect();
     let api = env.nodes();
-    futures::stream::iter(objs)
-        .map(|n| {
+    // Built one by one as they are created: 100,000 Nodes built up front would hold
+    // gigabytes in the harness.
+    let (kind, metas) = (&kind, &metas);
+    futures::stream::iter(range)
+        .map(|i| {
+            let n: Node = node(env, i, kind(i), metas.get(&i));
             let api = api.clone();
             let track = track.clone();
             async move {

@@ -65,6 +65,18 @@ fn machine() -> Value {
     })
 }
 
+fn self_peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -77,6 +89,7 @@ fn main() {
     let args: Vec<String> = std::env::args().filter(|a| a != "--bench").collect();
     let cli = Cli::parse_from(args);
     let opts = Opts::from_cli(&cli);
+    objects::IMAGE_COUNT.store(opts.images, std::sync::atomic::Ordering::Relaxed);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -108,6 +121,13 @@ fn main() {
         };
         env.cleanup().await;
         machine["load_end"] = json!(loadavg());
+        // The harness's own peak memory: the in-process API server holding every object,
+        // plus the harness's watches (issue 25 asks for the server's own figures).
+        machine["harness_peak_rss_mb"] = json!(self_peak_rss_mb());
+        eprintln!(
+            "[bench] harness (in-process API server) peak RSS {:.1} MB",
+            self_peak_rss_mb()
+        );
         eprintln!(
             "[bench] done in {:.1} s",
             env.started.elapsed().as_secs_f64()

@@ -128,9 +128,16 @@ pub(crate) fn digest(seed: &str) -> String {
     out
 }
 
+/// How many of [`IMAGES`] (cycled) each Node reports (`--images`).
+pub(crate) static IMAGE_COUNT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(IMAGES.len());
+
 pub(crate) fn images() -> Vec<ContainerImage> {
+    let n = IMAGE_COUNT.load(std::sync::atomic::Ordering::Relaxed);
     IMAGES
         .iter()
+        .cycle()
+        .take(n)
         .map(|(repo, tag, size)| ContainerImage {
             names: Some(vec![
                 format!("{repo}@sha256:{}", digest(&format!("{repo}:{tag}"))),

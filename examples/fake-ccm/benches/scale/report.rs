@@ -169,8 +169,12 @@ impl Report {
         println!();
         println!("scale {} {}", self.scenario.name(), self.opts);
         println!(
-            "machine: {} cores, {}, load {} -> {}",
-            machine["cores"], machine["cpu"], machine["load_start"], machine["load_end"]
+            "machine: {} cores, {}, load {} -> {}; harness (in-process API server) peak RSS {} MB",
+            machine["cores"],
+            machine["cpu"],
+            machine["load_start"],
+            machine["load_end"],
+            machine["harness_peak_rss_mb"]
         );
         println!("{}", "-".repeat(w0 + w1 + w2 + 20));
         for r in &self.rows {

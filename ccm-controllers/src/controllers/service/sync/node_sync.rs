@@ -34,6 +34,32 @@ pub(super) struct HostSet {
     generation: u64,
     pub(super) nodes: Arc<[Arc<Node>]>,
     pub(super) keys: Arc<[HostKey]>,
+    /// The last host list compared with `keys`, and whether it was sufficiently equal: most
+    /// load balancers remember the same list, so a node-sync pass over 10,000 load balancers
+    /// compares each distinct list once (O(hosts)), not once per load balancer.
+    compared: Arc<std::sync::Mutex<Option<Compared>>>,
+}
+
+/// A host list compared with a [`HostSet`]'s keys, and whether it was sufficiently equal.
+type Compared = (Arc<[HostKey]>, bool);
+
+impl HostSet {
+    /// Whether a load balancer last given `last` has these hosts (Go's
+    /// `nodesSufficientlyEqual`).
+    pub(super) fn same_hosts(&self, last: &Arc<[HostKey]>) -> bool {
+        if Arc::ptr_eq(last, &self.keys) {
+            return true;
+        }
+        let mut memo = self.compared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((seen, equal)) = memo.as_ref()
+            && Arc::ptr_eq(seen, last)
+        {
+            return *equal;
+        }
+        let equal = plan::nodes_sufficiently_equal(last, &self.keys);
+        *memo = Some((last.clone(), equal));
+        equal
+    }
 }
 
 /// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
@@ -129,6 +155,7 @@ impl Reconciler {
             generation,
             nodes: hosts.into(),
             keys,
+            compared: Arc::default(),
         };
         *self.host_set.lock().unwrap_or_else(|e| e.into_inner()) = Some(set.clone());
         set
@@ -209,8 +236,7 @@ impl Reconciler {
         {
             return None;
         }
-        if Arc::ptr_eq(last, &host_set.keys) || plan::nodes_sufficiently_equal(last, &host_set.keys)
-        {
+        if host_set.same_hosts(last) {
             return None;
         }
         Some(service)
