@@ -9,4 +9,5 @@ pub(crate) mod events;
 pub(crate) mod go_syntax;
 pub(crate) mod informer;
 pub(crate) mod metrics;
+pub(crate) mod shadow;
 pub(crate) mod workqueue;

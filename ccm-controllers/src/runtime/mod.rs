@@ -28,6 +28,7 @@ pub(crate) mod health;
 mod lead;
 pub(crate) mod leader;
 mod logging;
+mod shadow;
 mod start;
 
 use clap::{Args, Command, FromArgMatches};
