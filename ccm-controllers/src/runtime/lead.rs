@@ -188,6 +188,11 @@ impl LeadEnv {
             },
             &mut informers,
         );
+        let ctx = if self.shadow.is_some() {
+            ctx.into_shadow()
+        } else {
+            ctx
+        };
         super::shadow::spawn(
             self.shadow.as_ref(),
             &self.options,

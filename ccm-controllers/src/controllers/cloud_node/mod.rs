@@ -29,6 +29,7 @@
 pub(crate) mod cloud;
 mod metrics;
 pub(crate) mod plan;
+mod shadow;
 mod sync;
 
 use std::sync::Arc;
