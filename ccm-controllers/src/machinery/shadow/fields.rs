@@ -207,11 +207,13 @@ mod tests {
     fn pending_objects_are_uninitialised_nodes_and_lb_services_without_finalizer() {
         assert!(node_pending(&node(&[], Some(TAINT_UNINITIALIZED))));
         assert!(!node_pending(&node(&[], Some("other"))));
-        let mut svc = Service::default();
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ..Default::default()
-        });
+        let mut svc = Service {
+            spec: Some(k8s_openapi::api::core::v1::ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                ..Default::default()
+            }),
+            ..Service::default()
+        };
         assert!(service_pending(&svc));
         svc.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()]);
         assert!(!service_pending(&svc));
