@@ -257,11 +257,21 @@ fn shadow_args(cluster: &TestCluster, extra: &[String]) -> Vec<String> {
         "--node-monitor-period=200ms",
         "--node-deletion-grace-period=1s",
         "--shadow-pending-grace=1s",
-        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/shadow/divergences",
     ]
     .iter()
     .map(|s| (*s).to_owned())
     .collect();
+    // The report without credentials, unless the test sets the paths itself (the flag's
+    // values add up).
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--authorization-always-allow-paths"))
+    {
+        args.push(
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/shadow/divergences"
+                .to_owned(),
+        );
+    }
     args.push(connection_flag(cluster));
     args.extend(extra.iter().cloned());
     args
@@ -525,4 +535,31 @@ async fn a_gone_instance_is_a_would_delete_divergence_and_the_node_stays() {
         assert!(dry_runs >= 1, "the delete was sent as a dry run");
     }
     r.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_divergences_endpoint_is_authorised_as_metrics_is() {
+    let cluster = TestCluster::start().await;
+    let cloud = FakeCloud::default();
+    // RBAC on the in-process API server (a real cluster has it): an anonymous caller is not
+    // allowed the non-resource URLs.
+    if let Some(server) = cluster.api_server() {
+        server.enable_rbac();
+    }
+    // Only the probes without credentials (the default): /metrics and /shadow/divergences
+    // need an authorised caller; an anonymous request gets the same refusal on both.
+    let shadow = ShadowRun::start(
+        &cluster,
+        &cloud,
+        &["--authorization-always-allow-paths=/healthz,/readyz,/livez".to_owned()],
+    );
+    assert!(
+        eventually(WAIT, || async { http_get(shadow.addr, "/readyz").await.0 == 200 }).await,
+        "the shadow is ready"
+    );
+    let metrics = http_get(shadow.addr, "/metrics").await.0;
+    let divergences = http_get(shadow.addr, "/shadow/divergences").await.0;
+    assert!(matches!(metrics, 401 | 403), "/metrics: {metrics}");
+    assert_eq!(divergences, metrics);
+    assert_eq!(shadow.stop().await, 0);
 }
