@@ -554,7 +554,10 @@ async fn the_divergences_endpoint_is_authorised_as_metrics_is() {
         &["--authorization-always-allow-paths=/healthz,/readyz,/livez".to_owned()],
     );
     assert!(
-        eventually(WAIT, || async { http_get(shadow.addr, "/readyz").await.0 == 200 }).await,
+        eventually(WAIT, || async {
+            http_get(shadow.addr, "/readyz").await.0 == 200
+        })
+        .await,
         "the shadow is ready"
     );
     let metrics = http_get(shadow.addr, "/metrics").await.0;

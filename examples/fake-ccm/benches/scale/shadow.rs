@@ -159,7 +159,11 @@ pub(crate) async fn shadow(env: &Env, opts: &Opts) -> Report {
     let window = Duration::from_secs_f64(opts.settle);
     {
         let _p = Progress::start("idle", move || {
-            format!("window {:.0}/{:.0} s", w0.elapsed().as_secs_f64(), window.as_secs_f64())
+            format!(
+                "window {:.0}/{:.0} s",
+                w0.elapsed().as_secs_f64(),
+                window.as_secs_f64()
+            )
         });
         tokio::time::sleep(window).await;
     }
