@@ -410,6 +410,23 @@ pub trait LoadBalancer: Send + Sync {
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerStatus>>;
 
+    /// Optional, read-only: the names of the Nodes currently in the load balancer's backend
+    /// (sorted or not), or `None` if no load balancer of this Service exists.
+    ///
+    /// Called only by the shadow mode (`--shadow`), which never calls a mutating method: it
+    /// compares these hosts with the ones it would pass to
+    /// [`LoadBalancer::ensure_load_balancer`] or [`LoadBalancer::update_load_balancer`] and
+    /// reports a difference. The default, [`CloudError::NotImplemented`], makes the shadow
+    /// skip the hosts comparison (it still compares the status and finalizer).
+    async fn get_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<Vec<String>>> {
+        let _ = (cluster_name, service);
+        Err(CloudError::NotImplemented)
+    }
+
     /// The name of the Service's load balancer. Never called by the framework; defaults to
     /// [`default_load_balancer_name`](crate::default_load_balancer_name).
     fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {

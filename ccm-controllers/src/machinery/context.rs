@@ -54,6 +54,9 @@ pub struct ControllerContext {
     clients: Option<ClientFactory>,
     /// The client this controller's Events are written with (`None`: the Event writer's).
     event_client: Option<Client>,
+    /// Shadow mode (`machinery/shadow`): the controllers also plan for objects they would
+    /// normally leave alone, so the guards can compare.
+    shadow: bool,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -156,6 +159,7 @@ impl ControllerContext {
             queue_backoff: None,
             clients: params.clients,
             event_client: None,
+            shadow: false,
         }
     }
 
@@ -270,5 +274,19 @@ impl ControllerContext {
     pub fn with_queue_backoff(mut self, backoff: Backoff) -> Self {
         self.queue_backoff = Some(backoff);
         self
+    }
+
+    /// This context as a shadow's (`--shadow`): see [`ControllerContext::is_shadow`].
+    pub(crate) fn into_shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether the process runs in shadow mode: its writes are dry runs and its mutating
+    /// cloud calls are never sent, so a controller may plan for objects it would normally
+    /// leave alone (the cloud-node controller re-plans the initialisation of initialised
+    /// Nodes) to have them compared.
+    pub(crate) fn is_shadow(&self) -> bool {
+        self.shadow
     }
 }

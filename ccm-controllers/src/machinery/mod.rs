@@ -10,4 +10,5 @@ pub(crate) mod go_syntax;
 pub(crate) mod informer;
 pub(crate) mod initial_list;
 pub(crate) mod metrics;
+pub(crate) mod shadow;
 pub(crate) mod workqueue;

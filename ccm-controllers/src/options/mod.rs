@@ -21,7 +21,8 @@
 //! New flags (no Go counterpart): `--node-deletion-grace-period`, `--node-sync-window`,
 //! `--node-sync-max-window`,
 //! `--cloud-api-qps`, `--cloud-api-burst`, `--cloud-api-timeout`, `--shutdown-grace-period`,
-//! `--log-format`.
+//! `--log-format`, `--shadow`, `--shadow-report`, `--shadow-duration`,
+//! `--shadow-pending-grace`.
 //!
 //! Go flags that have no meaning here are still accepted where a Go manifest commonly passes
 //! them, with a warning saying why they have no effect ([`Options::warnings`]), or rejected when
@@ -40,6 +41,7 @@ mod node_ipam;
 mod route;
 mod service;
 mod serving;
+mod shadow;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -63,6 +65,7 @@ pub use self::route::RouteControllerArgs;
 pub use self::service::ServiceControllerArgs;
 pub use self::serving::ServingArgs;
 use crate::machinery::budget::BudgetConfig;
+pub use self::shadow::{SHADOW_DEFAULT_CLOUD_API_QPS, ShadowArgs};
 use crate::machinery::go_syntax::format_go_duration;
 
 /// A path flag; empty is accepted (and means "not set", as in Go).
@@ -107,6 +110,9 @@ pub struct Options {
     /// Logging.
     #[command(flatten)]
     pub logging: LoggingArgs,
+    /// Shadow mode (ours only).
+    #[command(flatten)]
+    pub shadow: ShadowArgs,
     /// Go flags accepted for compatibility (warned about) or rejected with a reason.
     #[command(flatten)]
     pub compat: GoCompatArgs,

@@ -34,6 +34,8 @@ use tower::{Layer, Service};
 
 use crate::machinery::budget::TokenBucket;
 use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::shadow::Shadow;
+use crate::machinery::shadow::write_guard::WriteGuardLayer;
 use crate::options::Options;
 
 pub(crate) use token::{BearerTokenLayer, ServiceAccountTokens, TOKEN_EXPIRATION_SECONDS};
@@ -171,6 +173,17 @@ struct FactoryInner {
     tokens: tokio::sync::Mutex<HashMap<String, ServiceAccountTokens>>,
     /// The Event writer's client of each name.
     event_clients: tokio::sync::Mutex<HashMap<String, Client>>,
+    /// Shadow mode: every client's writes pass the write guard.
+    shadow: Option<Arc<Shadow>>,
+}
+
+impl FactoryInner {
+    /// The write guard of client `name`, in shadow mode.
+    fn guard(&self, name: &str) -> Option<WriteGuardLayer> {
+        self.shadow
+            .as_ref()
+            .map(|s| WriteGuardLayer::new(s.clone(), name))
+    }
 }
 
 impl std::fmt::Debug for ClientFactory {
@@ -192,6 +205,20 @@ impl ClientFactory {
         metrics: &MetricsRegistry,
         service_accounts: bool,
     ) -> Result<Self, ClientError> {
+        Self::with_shadow(config, qps, burst, version, metrics, service_accounts, None)
+    }
+
+    /// As [`ClientFactory::new`]; with `shadow`, every client sends its writes as dry runs
+    /// and no Event (shadow mode, `machinery/shadow`).
+    pub(crate) fn with_shadow(
+        config: Config,
+        qps: f64,
+        burst: u32,
+        version: &str,
+        metrics: &MetricsRegistry,
+        service_accounts: bool,
+        shadow: Option<Arc<Shadow>>,
+    ) -> Result<Self, ClientError> {
         let host = config
             .cluster_url
             .authority()
@@ -205,6 +232,9 @@ impl ClientFactory {
             burst,
             &metrics_layer,
             None,
+            shadow
+                .as_ref()
+                .map(|s| WriteGuardLayer::new(s.clone(), ROOT_CLIENT_NAME)),
         )?;
         Ok(ClientFactory {
             inner: Arc::new(FactoryInner {
@@ -217,6 +247,7 @@ impl ClientFactory {
                 root,
                 tokens: tokio::sync::Mutex::new(HashMap::new()),
                 event_clients: tokio::sync::Mutex::new(HashMap::new()),
+                shadow,
             }),
         })
     }
@@ -243,6 +274,7 @@ impl ClientFactory {
             i.burst,
             &i.metrics_layer,
             None,
+            i.guard(name),
         )
     }
 
@@ -268,6 +300,7 @@ impl ClientFactory {
             i.burst,
             &i.metrics_layer,
             Some(tokens),
+            i.guard(name),
         )
     }
 
@@ -316,6 +349,7 @@ fn build_with(
     burst: u32,
     metrics_layer: &RequestMetricsLayer,
     tokens: Option<ServiceAccountTokens>,
+    guard: Option<WriteGuardLayer>,
 ) -> Result<Client, ClientError> {
     let agent = HeaderValue::from_str(agent)
         .map_err(|e| ClientError::Build(format!("user agent {agent:?}: {e}")))?;
@@ -323,13 +357,26 @@ fn build_with(
     config.headers.push((USER_AGENT, agent));
     let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
     let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-    Ok(match tokens {
-        Some(tokens) => builder
+    // Shadow mode: the write guard is the outermost layer, so every request of every client
+    // passes it (see `machinery/shadow`).
+    Ok(match (tokens, guard) {
+        (Some(tokens), Some(guard)) => builder
+            .with_layer(&BearerTokenLayer::new(tokens))
+            .with_layer(metrics_layer)
+            .with_layer(&limit)
+            .with_layer(&guard)
+            .build(),
+        (Some(tokens), None) => builder
             .with_layer(&BearerTokenLayer::new(tokens))
             .with_layer(metrics_layer)
             .with_layer(&limit)
             .build(),
-        None => builder.with_layer(metrics_layer).with_layer(&limit).build(),
+        (None, Some(guard)) => builder
+            .with_layer(metrics_layer)
+            .with_layer(&limit)
+            .with_layer(&guard)
+            .build(),
+        (None, None) => builder.with_layer(metrics_layer).with_layer(&limit).build(),
     })
 }
 

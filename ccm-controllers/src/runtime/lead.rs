@@ -87,6 +87,8 @@ pub(super) struct LeadEnv {
     pub(super) identity: String,
     pub(super) enabled: Vec<ControllerEntry>,
     pub(super) strip_node: fn(&mut Node),
+    /// Shadow mode's recorder (`runtime/shadow.rs`).
+    pub(super) shadow: Option<Arc<crate::machinery::shadow::Shadow>>,
 }
 
 /// With `--leader-elect`, waits for the lease and leads while holding it (releasing it after a
@@ -184,6 +186,18 @@ impl LeadEnv {
                 strip_node: self.strip_node,
                 events,
             },
+            &mut informers,
+        );
+        let ctx = if self.shadow.is_some() {
+            ctx.into_shadow()
+        } else {
+            ctx
+        };
+        super::shadow::spawn(
+            self.shadow.as_ref(),
+            &self.options,
+            &ctx,
+            shutdown,
             &mut informers,
         );
         let mut controllers = ControllerTasks::new();

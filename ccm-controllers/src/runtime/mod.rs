@@ -18,7 +18,8 @@
 //! `start.rs` (the startup steps), `lead.rs` (leader election and the leading phase, with the
 //! drain), `logging.rs`, `builtin.rs` (the start table of built-in controllers), `entry.rs`
 //! (`ControllerEntry` and its start types, a leaf), `leader.rs` (the Lease), `client.rs` (the
-//! Kubernetes clients), `health.rs` (the health and metrics endpoints).
+//! Kubernetes clients), `health.rs` (the health and metrics endpoints), `shadow.rs` (what shadow
+//! mode, `--shadow`, changes in the startup steps, its endpoint and one-shot report).
 
 mod builder;
 pub(crate) mod builtin;
@@ -30,6 +31,7 @@ pub(crate) mod health;
 mod lead;
 pub(crate) mod leader;
 mod logging;
+mod shadow;
 mod start;
 
 use clap::{Args, Command, FromArgMatches};

@@ -22,6 +22,7 @@ use super::leader::LeaderState;
 use super::logging::init_logging;
 use crate::machinery::budget::BudgetedProvider;
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::machinery::shadow::Shadow;
 use crate::options::controllers::{ControllerSelection, KnownController};
 use crate::options::{LoggingArgs, Options};
 use crate::secure_serving::{self, SecureServer};
@@ -60,20 +61,24 @@ where
             .map_err(|e| fail(format_args!("{e}")))?;
 
         let metrics = MetricsRegistry::new();
-        let budgeted = wrap_in_budget(provider, &options, &metrics);
+        let shadow = super::shadow::start(&options, &metrics);
+        let budgeted = wrap_in_budget(provider, &options, &metrics, shadow.as_ref());
         let workqueue_metrics = WorkQueueMetrics::register(&metrics);
         let gauges = ManagerGauges::register(&metrics);
-        let clients = build_clients(&options, self.version, &metrics).await?;
+        let clients = build_clients(&options, self.version, &metrics, shadow.as_ref()).await?;
 
-        let election = options.leader_election.leader_elect;
+        // A shadow takes no Lease: it runs beside the leader, never competing with it.
+        let election = options.leader_election.leader_elect && shadow.is_none();
         let health = Health::new(if election {
             LeaderState::Standby { healthy: true }
         } else {
             LeaderState::Disabled
         });
-        let serving = self
-            .start_serving(&options, health.clone(), metrics.clone(), &clients.root)
-            .await?;
+        let router = super::shadow::with_endpoint(
+            health::router(health.clone(), metrics.clone()),
+            shadow.as_ref(),
+        );
+        let serving = self.start_serving(&options, router, &clients.root).await?;
         let shutdown = CancellationToken::new();
         let signal_task = watch_shutdown_signal(
             self.shutdown_signal
@@ -97,8 +102,15 @@ where
             identity: super::leader::default_identity(),
             enabled,
             strip_node: self.strip_node,
+            shadow: shadow.clone(),
         };
         let code = elect_and_lead(&env, election, &gauges.master_status, &shutdown).await;
+        let code = super::shadow::finish(
+            &env.options,
+            shadow.as_ref(),
+            code,
+            &mut std::io::stdout().lock(),
+        );
 
         health.shutting_down.store(true, Ordering::SeqCst);
         shutdown.cancel();
@@ -202,19 +214,17 @@ where
             .map_err(|e| fail(format_args!("--cloud-provider={name}: {e}")))
     }
 
-    /// Serves `/healthz`, `/livez`, `/readyz` and `/metrics` on the listener given to
+    /// Serves `router` (`/healthz`, `/livez`, `/readyz`, `/metrics`) on the listener given to
     /// [`Builder::listener`], else on `--bind-address:--secure-port`.
     async fn start_serving(
         &mut self,
         options: &Options,
-        health: Arc<Health>,
-        metrics: Arc<MetricsRegistry>,
+        router: axum::Router,
         client: &Client,
     ) -> Result<Serving, Exit> {
         let stop = CancellationToken::new();
         // Stops the server also when this future is dropped (a "killed" runtime).
         let guard = stop.clone().drop_guard();
-        let router = health::router(health, metrics);
         let secure = &options.serving.secure;
         let server = match self.listener.take() {
             Some(l) => {
@@ -340,8 +350,10 @@ fn wrap_in_budget(
     provider: Arc<dyn CloudProvider>,
     options: &Options,
     metrics: &MetricsRegistry,
+    shadow: Option<&Arc<Shadow>>,
 ) -> Arc<BudgetedProvider> {
-    BudgetedProvider::new(provider, &options.budget_config(), metrics)
+    let budget_config = super::shadow::budget_config(options, shadow.is_some());
+    BudgetedProvider::with_shadow(provider, &budget_config, metrics, shadow.cloned())
 }
 
 /// The gauges of Go's controller manager: which controllers run, and whether this process
@@ -389,18 +401,21 @@ async fn build_clients(
     options: &Options,
     version: &'static str,
     metrics: &MetricsRegistry,
+    shadow: Option<&Arc<Shadow>>,
 ) -> Result<Clients, Exit> {
     let config = crate::runtime::client::load_config(options)
         .await
         .map_err(|e| fail(format_args!("{e}")))?;
-    let use_service_accounts = options.use_service_account_credentials();
-    let factory = ClientFactory::new(
+    // A shadow creates no ServiceAccount and asks for no token (`runtime/shadow.rs`).
+    let use_service_accounts = options.use_service_account_credentials() && shadow.is_none();
+    let factory = ClientFactory::with_shadow(
         config,
         options.kube.kube_api_qps,
         options.kube.kube_api_burst,
         version,
         metrics,
         use_service_accounts,
+        shadow.cloned(),
     )
     .map_err(|e| fail(format_args!("{e}")))?;
     if use_service_accounts {

@@ -34,6 +34,7 @@ mod service_accounts;
 mod service_hosts_batch;
 mod service_leaks;
 mod service_nodes;
+mod shadow;
 mod startup;
 mod vendor_manifests;
 mod vendor_template;

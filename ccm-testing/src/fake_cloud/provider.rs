@@ -419,6 +419,28 @@ impl LoadBalancer for FakeCloud {
         .await
     }
 
+    async fn get_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<Vec<String>>> {
+        let args = lb_args(cluster_name, service, None);
+        self.call(
+            "get_load_balancer_hosts",
+            service_subject(service),
+            args,
+            |_, st| {
+                let key = service_key(service)?;
+                Ok(st
+                    .load_balancers
+                    .get(&key)
+                    .filter(|lb| lb.cluster_name == cluster_name)
+                    .map(|lb| lb.hosts.to_vec()))
+            },
+        )
+        .await
+    }
+
     async fn ensure_load_balancer(
         &self,
         cluster_name: &str,

@@ -34,6 +34,7 @@ pub(crate) mod cloud;
 mod metrics;
 pub(crate) mod plan;
 mod refresh;
+mod shadow;
 mod sync;
 
 use std::sync::Arc;

@@ -33,6 +33,9 @@ pub(crate) struct Reconciler {
     /// tainted cached copy of such a node is a stale view (our write has not reached the cache
     /// yet), so it is not initialised a second time.
     initialized: Mutex<HashMap<String, Untainted>>,
+    /// Shadow mode: the initialised Nodes whose initialisation was re-planned, by UID, with a
+    /// digest of the fields it sets (re-planned when they change).
+    pub(crate) verified: Mutex<HashMap<String, u64>>,
     /// Nodes whose provider answered `CloudError::Retry`: name → earliest next cloud call. A
     /// node update arriving meanwhile must not bring the call forward (the queue's own
     /// delayed add brings the node back at that time).
@@ -79,6 +82,7 @@ impl Reconciler {
             recorder,
             metrics,
             initialized: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashMap::new()),
             retry_not_before: Mutex::new(HashMap::new()),
             init_batch: Coalescer::start(
                 ctx.cloud.clone(),
@@ -150,6 +154,10 @@ impl Reconciler {
                 }
             }
             self.initialize(node).await
+        } else if self.ctx.is_shadow() {
+            let outcome = self.reconcile_labels(node.clone()).await;
+            self.verify_initialized(node).await;
+            outcome
         } else {
             self.reconcile_labels(node).await
         }
@@ -198,7 +206,7 @@ impl Reconciler {
     /// The node's metadata: from a batch call when the provider batches (Nodes initialised
     /// within [`INIT_BATCH_WINDOW`] share one call), else, and for a Node the batch left
     /// unknown, from the single lookup.
-    async fn fetch_metadata(&self, node: &Node) -> Result<Fetched, FetchError> {
+    pub(super) async fn fetch_metadata(&self, node: &Node) -> Result<Fetched, FetchError> {
         if let Some(batch) = &self.init_batch {
             match metadata_lookup(batch.lookup(Arc::new(node.clone())).await) {
                 MetadataLookup::Metadata(meta) => {

@@ -15,6 +15,7 @@ use ccm_core::{
 use super::call::Budget;
 use super::{BudgetConfig, MIN_RETRY_AFTER};
 use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::shadow::Shadow;
 
 /// The provider wrapped in the cloud-call budget. Build it once at startup and hand it to every
 /// controller (the runtime does this; [`ControllerContext::cloud`](crate::ControllerContext)
@@ -40,6 +41,8 @@ struct Caps {
 struct Cap {
     inner: Arc<dyn CloudProvider>,
     budget: Arc<Budget>,
+    /// Shadow mode: mutating calls are answered by the cloud guard, never sent.
+    shadow: Option<Arc<Shadow>>,
 }
 
 impl std::fmt::Debug for BudgetedProvider {
@@ -58,10 +61,22 @@ impl BudgetedProvider {
         config: &BudgetConfig,
         metrics: &MetricsRegistry,
     ) -> Arc<Self> {
+        Self::with_shadow(inner, config, metrics, None)
+    }
+
+    /// Wraps `inner`; with `shadow`, no mutating call is ever sent (shadow mode: the cloud
+    /// guard of `machinery/shadow` answers it).
+    pub(crate) fn with_shadow(
+        inner: Arc<dyn CloudProvider>,
+        config: &BudgetConfig,
+        metrics: &MetricsRegistry,
+        shadow: Option<Arc<Shadow>>,
+    ) -> Arc<Self> {
         let budget = Arc::new(Budget::new(config, metrics));
         let cap = || Cap {
             inner: inner.clone(),
             budget: budget.clone(),
+            shadow: shadow.clone(),
         };
         let caps = Caps {
             instances_v2: cap(),
@@ -217,6 +232,11 @@ impl Instances for Cap {
         budgeted!(self, instances, instance_type_by_provider_id(provider_id))
     }
     async fn add_ssh_key_to_all_instances(&self, user: &str, key_data: &[u8]) -> CloudResult<()> {
+        if self.shadow.is_some() {
+            return Err(CloudError::msg(
+                "shadow mode: add_ssh_key_to_all_instances is not sent",
+            ));
+        }
         budgeted!(
             self,
             instances,
@@ -271,12 +291,28 @@ impl LoadBalancer for Cap {
             None => ccm_core::default_load_balancer_name(service),
         }
     }
+    async fn get_load_balancer_hosts(
+        &self,
+        cluster_name: &str,
+        service: &Service,
+    ) -> CloudResult<Option<Vec<String>>> {
+        budgeted!(
+            self,
+            load_balancer,
+            get_load_balancer_hosts(cluster_name, service)
+        )
+    }
     async fn ensure_load_balancer(
         &self,
         cluster_name: &str,
         service: &Service,
         hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerStatus> {
+        if let Some(shadow) = &self.shadow {
+            return shadow
+                .guard_ensure(self, cluster_name, service, hosts)
+                .await;
+        }
         budgeted!(
             self,
             load_balancer,
@@ -289,6 +325,11 @@ impl LoadBalancer for Cap {
         service: &Service,
         hosts: &[Arc<Node>],
     ) -> CloudResult<()> {
+        if let Some(shadow) = &self.shadow {
+            return shadow
+                .guard_update(self, cluster_name, service, hosts)
+                .await;
+        }
         budgeted!(
             self,
             load_balancer,
@@ -300,6 +341,9 @@ impl LoadBalancer for Cap {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()> {
+        if let Some(shadow) = &self.shadow {
+            return shadow.guard_delete(self, cluster_name, service).await;
+        }
         budgeted!(
             self,
             load_balancer,
@@ -311,7 +355,11 @@ impl LoadBalancer for Cap {
 #[async_trait]
 impl Routes for Cap {
     async fn list_routes(&self, cluster_name: &str) -> CloudResult<Vec<Route>> {
-        budgeted!(self, routes, list_routes(cluster_name))
+        let routes = budgeted!(self, routes, list_routes(cluster_name))?;
+        if let Some(shadow) = &self.shadow {
+            shadow.routes_listed(&routes);
+        }
+        Ok(routes)
     }
     async fn create_route(
         &self,
@@ -319,9 +367,15 @@ impl Routes for Cap {
         name_hint: &str,
         route: &Route,
     ) -> CloudResult<()> {
+        if let Some(shadow) = &self.shadow {
+            return shadow.guard_create_route(route);
+        }
         budgeted!(self, routes, create_route(cluster_name, name_hint, route))
     }
     async fn delete_route(&self, cluster_name: &str, route: &Route) -> CloudResult<()> {
+        if let Some(shadow) = &self.shadow {
+            return shadow.guard_delete_route(route);
+        }
         budgeted!(self, routes, delete_route(cluster_name, route))
     }
 }
@@ -372,6 +426,11 @@ impl LoadBalancerHostsBatch for Cap {
         services: &[Arc<Service>],
         hosts: &[Arc<Node>],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
+        if let Some(shadow) = &self.shadow {
+            return shadow
+                .guard_hosts_batch(self, cluster_name, services, hosts)
+                .await;
+        }
         let mut answers = budgeted!(
             self,
             load_balancer_hosts_batch,

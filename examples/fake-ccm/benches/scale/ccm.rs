@@ -168,6 +168,17 @@ pub(crate) fn clk_tck() -> f64 {
 
 impl Ccm {
     pub(crate) async fn start(env: &Env, opts: &Opts, routes: bool) -> Ccm {
+        Ccm::start_with(env, opts, routes, "").await
+    }
+
+    /// As [`Ccm::start`], with `extra_config` appended to FakeCloud's cloud config (e.g. a
+    /// `state_file:` shared by two processes).
+    pub(crate) async fn start_with(
+        env: &Env,
+        opts: &Opts,
+        routes: bool,
+        extra_config: &str,
+    ) -> Ccm {
         let dir = std::env::temp_dir();
         let config = dir.join(format!("{}-fake-cloud.yaml", env.run));
         // One ingress IP for every load balancer: the Services created `ready` carry it.
@@ -190,6 +201,7 @@ impl Ccm {
         if let Some(max) = opts.max_batch_size {
             cloud_config.push_str(&format!("max_batch_size: {max}\n"));
         }
+        cloud_config.push_str(extra_config);
         std::fs::write(&config, cloud_config).unwrap();
         let log = dir.join(format!("{}-fake-ccm.log", env.run));
         let port = free_port();

@@ -21,6 +21,9 @@ pub(crate) enum Scenario {
     RouteBurst,
     /// N tainted nodes with the node-IPAM controller on; time until each has its pod CIDR.
     NodeIpam,
+    /// N nodes and M Services reconciled by a normal fake-ccm, then a shadow (`--shadow`):
+    /// its first pass and an idle window: divergences, API requests, cloud calls, memory.
+    Shadow,
 }
 
 impl Scenario {
@@ -33,6 +36,7 @@ impl Scenario {
             Scenario::Floor => "floor",
             Scenario::RouteBurst => "route-burst",
             Scenario::NodeIpam => "node-ipam",
+            Scenario::Shadow => "shadow",
         }
     }
 }
@@ -47,10 +51,10 @@ pub(crate) struct Cli {
     #[arg(value_enum)]
     pub(crate) scenario: Scenario,
     /// Nodes (default: node-burst/floor/route-burst 1000, lb-burst/node-churn 50,
-    /// steady/node-ipam 5000).
+    /// steady/node-ipam/shadow 5000).
     #[arg(long)]
     pub(crate) nodes: Option<usize>,
-    /// LoadBalancer Services (default: lb-burst/node-churn 200, steady 1000).
+    /// LoadBalancer Services (default: lb-burst/node-churn 200, steady 1000, shadow 100).
     #[arg(long)]
     pub(crate) services: Option<usize>,
     /// Latency of every FakeCloud call in ms (default: lb-burst 50, others 0).
@@ -62,7 +66,7 @@ pub(crate) struct Cli {
     /// node-churn: seconds between two joins (default 0.05).
     #[arg(long)]
     pub(crate) interval: Option<f64>,
-    /// steady: idle window in seconds (default 60).
+    /// steady, shadow: idle window in seconds (default 60).
     #[arg(long)]
     pub(crate) settle: Option<f64>,
     /// FakeCloud's overall API quota in calls per second (burst: the same number); a call over
@@ -136,12 +140,13 @@ impl Opts {
         let s = c.scenario;
         let nodes = c.nodes.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 50,
-            Scenario::Steady | Scenario::NodeIpam => 5000,
+            Scenario::Steady | Scenario::NodeIpam | Scenario::Shadow => 5000,
             _ => 1000,
         });
         let services = c.services.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 200,
             Scenario::Steady => 1000,
+            Scenario::Shadow => 100,
             _ => 0,
         });
         Opts {
@@ -180,7 +185,7 @@ impl Opts {
                 m.insert("add".into(), json!(self.add));
                 m.insert("interval_s".into(), json!(self.interval));
             }
-            Scenario::Steady => {
+            Scenario::Steady | Scenario::Shadow => {
                 m.insert("services".into(), json!(self.services));
                 m.insert("settle_s".into(), json!(self.settle));
             }

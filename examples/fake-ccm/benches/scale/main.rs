@@ -10,6 +10,7 @@
 //! cargo bench -p fake-ccm --bench scale -- floor --nodes 1000
 //! cargo bench -p fake-ccm --bench scale -- route-burst --nodes 1000
 //! cargo bench -p fake-ccm --bench scale -- node-ipam --nodes 5000
+//! cargo bench -p fake-ccm --bench scale -- shadow --nodes 5000 --services 100 --batch
 //! ```
 //!
 //! The API server is the in-process one from `ccm-testing` unless `$CCM_TEST_KUBECONFIG` names a
@@ -39,6 +40,7 @@ mod node_ipam;
 mod objects;
 mod report;
 mod route_burst;
+mod shadow;
 mod steady;
 
 use clap::Parser;
@@ -118,6 +120,7 @@ fn main() {
             Scenario::Steady => steady::steady(&env, &opts).await,
             Scenario::RouteBurst => route_burst::route_burst(&env, &opts).await,
             Scenario::NodeIpam => node_ipam::node_ipam(&env, &opts).await,
+            Scenario::Shadow => shadow::shadow(&env, &opts).await,
         };
         env.cleanup().await;
         machine["load_end"] = json!(loadavg());

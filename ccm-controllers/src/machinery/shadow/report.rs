@@ -1,0 +1,108 @@
+//! The shadow's report: the current divergences as JSON (served on the secure port and
+//! written by the one-shot mode) and a short human summary.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::{Divergence, Shadow};
+
+/// The report: what `GET /shadow/divergences` answers and `--shadow-report` writes.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Report {
+    /// When the report was made (RFC 3339).
+    pub generated: String,
+    /// The Nodes and Services the shadow's controllers compared.
+    pub objects_compared: ObjectsCompared,
+    /// Planned changes to objects the incumbent is still reconciling.
+    pub pending: usize,
+    /// The current divergences, sorted by kind, object and field.
+    pub divergences: Vec<Divergence>,
+}
+
+/// Objects compared, by kind.
+#[derive(Debug, Serialize)]
+pub(crate) struct ObjectsCompared {
+    /// Nodes.
+    pub nodes: usize,
+    /// Services.
+    pub services: usize,
+}
+
+impl Shadow {
+    /// The report now.
+    pub(crate) fn report(&self) -> Report {
+        let (nodes, services) = self
+            .stores
+            .get()
+            .map_or((0, 0), |(n, s)| (n.list().len(), s.list().len()));
+        Report {
+            generated: jiff::Timestamp::now().to_string(),
+            objects_compared: ObjectsCompared { nodes, services },
+            pending: self.pending_count(),
+            divergences: self.divergences(),
+        }
+    }
+}
+
+impl Report {
+    /// A few lines for a person: the counts, then one line per divergence.
+    pub(crate) fn write_summary(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "shadow: compared {} Nodes and {} Services; {} divergence(s), {} pending",
+            self.objects_compared.nodes,
+            self.objects_compared.services,
+            self.divergences.len(),
+            self.pending
+        )?;
+        for d in &self.divergences {
+            writeln!(
+                out,
+                "  {} {} {}: incumbent {} / ours {} ({}, since {})",
+                d.kind, d.object, d.field, d.incumbent, d.ours, d.controller, d.since
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_summary_names_each_divergence_with_both_values() {
+        let report = Report {
+            generated: "now".into(),
+            objects_compared: ObjectsCompared {
+                nodes: 3,
+                services: 1,
+            },
+            pending: 0,
+            divergences: vec![Divergence {
+                controller: "node-controller".into(),
+                kind: "Node".into(),
+                object: "n1".into(),
+                field: "metadata.labels[zone]".into(),
+                incumbent: json!("a"),
+                ours: json!("b"),
+                since: "t".into(),
+            }],
+        };
+        let mut out = Vec::new();
+        assert!(report.write_summary(&mut out).is_ok());
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.contains("3 Nodes and 1 Services; 1 divergence(s)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Node n1 metadata.labels[zone]: incumbent \"a\" / ours \"b\""),
+            "{text}"
+        );
+    }
+}
