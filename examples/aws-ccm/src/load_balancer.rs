@@ -21,6 +21,7 @@ use ccm_core::{
     LoadBalancerIngress, LoadBalancerStatus, Node, Service, async_trait,
     default_load_balancer_name,
 };
+use futures::StreamExt;
 use tracing::{info, warn};
 
 use crate::AwsCloud;
@@ -34,6 +35,8 @@ pub const SERVICE_TAG: &str = "kubernetes.io/service-name";
 pub const LB_NAME_TAG: &str = "aws-ccm.ccm-rs.io/load-balancer-name";
 /// The most load balancer names one `DescribeLoadBalancers` call accepts.
 const NAMES_PER_CALL: usize = 20;
+/// How many load balancers one hosts batch updates at the same time.
+pub const UPDATE_CONCURRENCY: usize = 10;
 
 /// The cluster tag key, as the AWS cloud provider writes it.
 pub fn cluster_tag_key(cluster: &str) -> String {
@@ -463,7 +466,13 @@ impl LoadBalancer for AwsCloud {
 }
 
 /// The hosts of many load balancers in one framework call: one `DescribeLoadBalancers` per 20
-/// Services instead of one per Service, then the target diffs of each.
+/// Services instead of one per Service, then the target diffs of each, [`UPDATE_CONCURRENCY`]
+/// at a time.
+///
+/// What the real API taught: ELBv2 has no call that changes many target groups, so a batch of
+/// 100 Services is some 700 requests; one after the other they outlast the framework's
+/// per-call timeout (`--cloud-api-timeout`), which cancels the whole batch and falls back to
+/// single updates. They run concurrently instead.
 #[async_trait]
 impl LoadBalancerHostsBatch for AwsCloud {
     fn max_batch_size(&self) -> usize {
@@ -478,14 +487,14 @@ impl LoadBalancerHostsBatch for AwsCloud {
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         self.count("update_load_balancer_hosts");
         let instances = host_instances(hosts);
-        let mut answers = LoadBalancerHostsAnswers::new();
         let owners: Vec<Owner> = services
             .iter()
             .map(|s| Owner::new(cluster_name, s))
             .collect();
+        let mut found = Vec::new();
         for chunk in owners.chunks(NAMES_PER_CALL) {
             let names: Vec<String> = chunk.iter().map(|o| o.lb_name.clone()).collect();
-            let found = match self
+            let balancers = match self
                 .clients
                 .elb
                 .describe_load_balancers()
@@ -500,18 +509,27 @@ impl LoadBalancerHostsBatch for AwsCloud {
                 Err(e) => return Err(to_cloud_error("DescribeLoadBalancers", e)),
             };
             for owner in chunk {
-                let Some(lb) = found
+                if let Some(lb) = balancers
                     .iter()
                     .find(|lb| lb.load_balancer_name() == Some(owner.lb_name.as_str()))
-                else {
-                    continue;
-                };
-                let lock = self.locks.get(&owner.lb_name);
-                let _guard = lock.lock().await;
-                let answer = self.update_hosts(lb, &instances).await;
-                answers.insert(owner.service.clone(), answer);
+                {
+                    found.push((owner.clone(), lb.clone()));
+                }
             }
         }
+        let instances = &instances;
+        let answers = futures::stream::iter(found)
+            .map(|(owner, lb)| async move {
+                let lock = self.locks.get(&owner.lb_name);
+                let _guard = lock.lock().await;
+                (
+                    owner.service.clone(),
+                    self.update_hosts(&lb, instances).await,
+                )
+            })
+            .buffer_unordered(UPDATE_CONCURRENCY)
+            .collect()
+            .await;
         Ok(answers)
     }
 }

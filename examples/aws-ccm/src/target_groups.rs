@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use aws_sdk_elasticloadbalancingv2::types::{
-    ProtocolEnum, Tag, TargetDescription, TargetGroup, TargetTypeEnum,
+    ProtocolEnum, Tag, TagDescription, TargetDescription, TargetGroup, TargetTypeEnum,
 };
 use ccm_core::{CloudError, CloudResult};
 use sha2::{Digest, Sha256};
@@ -200,20 +200,7 @@ impl AwsCloud {
         let cluster_key = crate::load_balancer::cluster_tag_key(cluster);
         let mut owned = Vec::new();
         for chunk in arns.chunks(TAGS_PER_CALL) {
-            let tags = self
-                .clients
-                .elb
-                .describe_tags()
-                .set_resource_arns(Some(chunk.to_vec()))
-                .send()
-                .await;
-            let tags = match tags {
-                Ok(tags) => tags,
-                // Deleted between the list and the tag lookup: not ours to worry about.
-                Err(e) if code(&e) == Some("TargetGroupNotFound") => continue,
-                Err(e) => return Err(to_cloud_error("DescribeTags", e)),
-            };
-            for description in tags.tag_descriptions() {
+            for description in self.tags_of_groups(chunk).await? {
                 let has = |key: &str, value: Option<&str>| {
                     description
                         .tags()
@@ -226,6 +213,36 @@ impl AwsCloud {
             }
         }
         Ok(owned)
+    }
+
+    /// The tags of up to 20 target groups in one `DescribeTags`.
+    ///
+    /// What the real API taught: one ARN deleted since the list (another Service's target
+    /// group, deleted by another worker) fails the whole call with `TargetGroupNotFound`.
+    /// Skipping the chunk would skip this Service's own target groups in it, which then leak;
+    /// the chunk is asked again one ARN at a time instead.
+    async fn tags_of_groups(&self, arns: &[String]) -> CloudResult<Vec<TagDescription>> {
+        let reply = self
+            .clients
+            .elb
+            .describe_tags()
+            .set_resource_arns(Some(arns.to_vec()))
+            .send()
+            .await;
+        match reply {
+            Ok(out) => Ok(out.tag_descriptions().to_vec()),
+            Err(e) if code(&e) == Some("TargetGroupNotFound") && arns.len() > 1 => {
+                let mut descriptions = Vec::new();
+                for arn in arns {
+                    descriptions
+                        .extend(Box::pin(self.tags_of_groups(std::slice::from_ref(arn))).await?);
+                }
+                Ok(descriptions)
+            }
+            // Deleted since the list: nothing to find.
+            Err(e) if code(&e) == Some("TargetGroupNotFound") => Ok(Vec::new()),
+            Err(e) => Err(to_cloud_error("DescribeTags", e)),
+        }
     }
 
     /// Deletes a target group; one already gone is fine. In use (a listener not yet gone)
