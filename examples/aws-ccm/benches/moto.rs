@@ -5,12 +5,14 @@
 //!
 //! ```text
 //! cargo bench --manifest-path examples/aws-ccm/Cargo.toml --bench moto -- \
-//!     [--scenario node-burst|lb-burst|all] [--nodes 1000] [--services 100] [--batch on|off|both]
+//!     [--scenario node-burst|node-backlog|lb-burst|all] [--nodes 1000] [--services 100] [--batch on|off|both]
 //! ```
 //!
 //! - node-burst: `--nodes` instances run, then as many Nodes register at once (named by their
 //!   private DNS names, as kubelet names them, without provider IDs); measured until every one
 //!   is initialised.
+//! - node-backlog: the same Nodes registered before the controllers start (a CCM that was down,
+//!   a new cluster), measured from the start until every one is initialised.
 //! - lb-burst: 10 initialised Nodes, then `--services` LoadBalancer Services at once; measured
 //!   until every one has its ingress, then one Node joins (until every load balancer has it as a
 //!   target), then every Service is deleted (until moto lists nothing with the cluster tag).
@@ -29,6 +31,7 @@ use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::harness::ControllerHarness;
 use ccm_testing::wait::eventually;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, ListParams};
 use support::world::{World, provider_id};
@@ -103,24 +106,37 @@ async fn launch(world: &World, n: usize) -> Vec<aws_sdk_ec2::types::Instance> {
     all
 }
 
-async fn node_burst(n: usize, batch: bool) {
+async fn node_burst(n: usize, batch: bool, backlog: bool) {
     let world = World::with_options("bench-nodes", batch, 1).await;
     let instances = launch(&world, n).await;
     let cluster = TestCluster::start().await;
+    // A burst: the Nodes register concurrently, as kubelets of a new node group do; with
+    // `backlog`, they are all there before the CCM starts (a CCM that was down, a new cluster).
+    let register = || {
+        futures::stream::iter(&instances).for_each_concurrent(100, |instance| {
+            let cluster = &cluster;
+            async move {
+                cluster
+                    .create(&kubelet_node(instance.private_dns_name().unwrap()).build())
+                    .await;
+            }
+        })
+    };
+    if backlog {
+        register().await;
+    }
     let cloud: Arc<dyn CloudProvider> = world.cloud.clone();
+    let (calls0, requests0) = (world.cloud.cloud_calls(), world.cloud.requests());
+    let start = Instant::now();
     let harness = ControllerHarness::builder(&cluster, cloud)
         .flag("--cluster-name=bench-nodes")
         .flag("--cloud-api-qps=1000")
-        .flag("--concurrent-node-syncs=10")
+        .flag("--concurrent-node-syncs=200")
         .cloud_node()
         .start()
         .await;
-    let (calls0, requests0) = (world.cloud.cloud_calls(), world.cloud.requests());
-    let start = Instant::now();
-    for instance in &instances {
-        cluster
-            .create(&kubelet_node(instance.private_dns_name().unwrap()).build())
-            .await;
+    if !backlog {
+        register().await;
     }
     let nodes: Api<Node> = Api::all(cluster.client());
     let done = eventually(WAIT, || async {
@@ -143,7 +159,12 @@ async fn node_burst(n: usize, batch: bool) {
     let total: u64 = calls.values().sum();
     let requests = world.cloud.requests() - requests0;
     println!(
-        "node-burst nodes={n} batch={}: {total} cloud calls = {:.4} per Node ({}), {requests} SDK requests = {:.4} per Node, {:.1} s",
+        "{} nodes={n} batch={}: {total} cloud calls = {:.4} per Node ({}), {requests} SDK requests = {:.4} per Node, {:.1} s",
+        if backlog {
+            "node-backlog"
+        } else {
+            "node-burst"
+        },
         if batch { "on" } else { "off" },
         total as f64 / n as f64,
         calls_line(&calls),
@@ -261,9 +282,10 @@ async fn lb_burst(m: usize, batch: bool) {
     })
     .await;
     assert!(done, "not every Service was deleted");
+    let leaked = world.tagged_elb_resources().await;
     assert!(
-        world.tagged_elb_resources().await.is_empty(),
-        "load balancer resources leaked"
+        leaked.is_empty(),
+        "load balancer resources leaked: {leaked:?}"
     );
     report(
         "lb-burst delete",
@@ -307,7 +329,10 @@ fn main() {
     runtime.block_on(async {
         for &batch in &o.batch {
             if o.scenario == "node-burst" || o.scenario == "all" {
-                node_burst(o.nodes, batch).await;
+                node_burst(o.nodes, batch, false).await;
+            }
+            if o.scenario == "node-backlog" || o.scenario == "all" {
+                node_burst(o.nodes, batch, true).await;
             }
             if o.scenario == "lb-burst" || o.scenario == "all" {
                 lb_burst(o.services, batch).await;

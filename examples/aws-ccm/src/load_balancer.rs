@@ -416,7 +416,18 @@ impl LoadBalancer for AwsCloud {
             {
                 Ok(Some(Self::status(&lb)))
             }
-            _ => Ok(None),
+            Some(_) => Ok(None),
+            // What the real API taught: the service controller (as Go's) calls
+            // `ensure_load_balancer_deleted` only when this answers "exists". A delete that
+            // stopped half-way (the load balancer gone, a target group still in use, a 5xx)
+            // must therefore keep answering "exists" while its target groups linger, or they
+            // are never deleted.
+            None => {
+                let lingering = self
+                    .owned_target_groups(&owner.cluster, Some(&owner.lb_name))
+                    .await?;
+                Ok((!lingering.is_empty()).then(LoadBalancerStatus::default))
+            }
         }
     }
 
