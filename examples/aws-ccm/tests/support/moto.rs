@@ -5,7 +5,12 @@
 //! parallel install it once. Each [`Moto`] is its own `moto_server` process on a free loopback
 //! port, with its own state, killed when dropped. Nothing is skipped: a machine that cannot get
 //! moto fails the tests with a message naming what is missing.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stderr
+)]
 
 use std::io::Write;
 use std::net::TcpStream;
