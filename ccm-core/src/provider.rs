@@ -246,7 +246,10 @@ pub trait InstancesV2: Send + Sync {
 /// deleted, never tainted, never initialised from the batch; the framework asks about it again
 /// (in a later batch or with a single `InstancesV2` call). So a provider whose cloud pages its
 /// answers or drops unknown IDs silently must translate "not in the page" into nothing (missing)
-/// and only an explicit "does not exist" into `NotFound`.
+/// and only an explicit "does not exist" into `NotFound`. (AWS `DescribeInstances` by IDs, for
+/// one, fails as a whole when one ID is unknown; `examples/aws-ccm` describes with an
+/// `instance-id` filter, which leaves unknown IDs out, leaves those Nodes out of the answer, and
+/// lets the single call get the explicit "not found".)
 ///
 /// **Errors of the whole call** say nothing about any Node: the whole batch is retried, no Node
 /// is deleted or changed. [`CloudError::Retry`] (the cloud's 429 + Retry-After) delays the
@@ -262,8 +265,8 @@ pub trait InstancesV2: Send + Sync {
 /// `instance_metadata` does: by `spec.providerID` when set, else by the name (or labels).
 ///
 /// Like every provider call, one batch call costs one token of the framework's cloud-call
-/// budget (`--cloud-api-qps`) and is subject to `--cloud-api-timeout`; its metrics operation
-/// label is `describe_instances`.
+/// budget (`--cloud-api-qps`), however many HTTP requests it sends (one per page, say), and is
+/// subject to `--cloud-api-timeout`; its metrics operation label is `describe_instances`.
 ///
 /// ```
 /// use std::sync::Arc;
