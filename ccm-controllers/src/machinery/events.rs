@@ -78,8 +78,8 @@
 //! once and that is given up on this way counts as `failed`; an Event never (fully) attempted
 //! counts as `dropped`, as do the Events still queued.
 mod correlator;
-mod warn_log;
 mod pacing;
+mod warn_log;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

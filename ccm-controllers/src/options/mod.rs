@@ -64,8 +64,8 @@ pub use self::node_ipam::NodeIpamArgs;
 pub use self::route::RouteControllerArgs;
 pub use self::service::ServiceControllerArgs;
 pub use self::serving::ServingArgs;
-use crate::machinery::budget::BudgetConfig;
 pub use self::shadow::{SHADOW_DEFAULT_CLOUD_API_QPS, ShadowArgs};
+use crate::machinery::budget::BudgetConfig;
 use crate::machinery::go_syntax::format_go_duration;
 
 /// A path flag; empty is accepted (and means "not set", as in Go).
