@@ -295,7 +295,8 @@ async fn each_controller_acts_as_its_service_account_with_the_bootstrap_rbac() {
                 && (r.resource == "nodes" || r.resource == "services")
         })
         .collect();
-    assert!(informer_reads.len() >= 4, "{all:#?}");
+    // At least one streaming-list watch per informer (Nodes, Services).
+    assert!(informer_reads.len() >= 2, "{all:#?}");
     for r in &informer_reads {
         assert_eq!(r.user.as_deref(), Some(ROOT), "{all:#?}");
         assert_eq!(

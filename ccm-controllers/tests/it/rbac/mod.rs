@@ -258,6 +258,10 @@ async fn scrape(addr: std::net::SocketAddr, token: &str) -> u16 {
 /// Runs the scenario and returns the requests the CCM made.
 async fn scenario() -> Vec<RequestRecord> {
     let server = ApiServer::start().await;
+    // As a v1.33 kube-apiserver with the WatchList feature gate off: the informers list in
+    // pages, so the role's `list` grants are exercised too (a streaming server needs only
+    // `watch`, and the role must serve both).
+    server.set_watch_list(false);
     let client = harness_client(&server);
     let cloud = FakeCloud::builder().build();
     let nodes: Api<Node> = Api::all(client.clone());

@@ -266,12 +266,36 @@ impl Ccm {
         ccm.wait_ready(Duration::from_secs(600)).await;
         ccm.ready_after = spawned.elapsed();
         ccm.ready_hwm_kb = ccm.proc().hwm_kb;
+        if let Some(synced) = ccm.synced_after_start() {
+            // The harness may see /readyz late when it is busy serving the API: the CCM's
+            // own log line is the figure.
+            ccm.ready_after = synced;
+        }
         eprintln!(
             "[bench] fake-ccm ready {:.2} s after its start (peak RSS {:.1} MB)",
             ccm.ready_after.as_secs_f64(),
             ccm.ready_hwm_kb as f64 / 1024.0
         );
         ccm
+    }
+
+    /// From fake-ccm's first log line ("starting cloud-controller-manager") to its "shared
+    /// informers synced", by the log's own timestamps.
+    fn synced_after_start(&self) -> Option<Duration> {
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        let at = |needle: &str| -> Option<jiff::Timestamp> {
+            let line = log.lines().find(|l| l.contains(needle))?;
+            // Timestamps lead each line, possibly inside ANSI colour codes.
+            let start = line.find("20")?;
+            line[start..]
+                .split(|c: char| c.is_whitespace() || c == '\u{1b}')
+                .next()?
+                .parse()
+                .ok()
+        };
+        let started = at("starting cloud-controller-manager")?;
+        let synced = at("shared informers synced")?;
+        Duration::try_from(synced.duration_since(started)).ok()
     }
 
     pub(crate) async fn get(&self, path: &str) -> Result<String, kube::Error> {
