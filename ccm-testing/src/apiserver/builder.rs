@@ -1,20 +1,5 @@
 //! [`ApiServerBuilder`]: the in-process API server's behaviours beyond storing objects, each a
 //! switch whose default is what kube-apiserver (with its default admission plugins) does.
-//!
-//! What the server adds beyond storing, and which of it is a switch (docs/testing.md has the
-//! same table):
-//!
-//! | behaviour | switch | default |
-//! |---|---|---|
-//! | TaintNodesByCondition: `node.kubernetes.io/not-ready:NoSchedule` on every created Node | [`not_ready_taint`](ApiServerBuilder::not_ready_taint) | on |
-//! | NamespaceLifecycle: no create in a missing or terminating namespace, no delete of `default`, `kube-system`, `kube-public` | [`namespace_lifecycle`](ApiServerBuilder::namespace_lifecycle) | on |
-//! | validation: `422 Invalid` with field causes | [`validation`](ApiServerBuilder::validation) | on |
-//! | the namespace controller (empties and finalizes a deleted Namespace) | [`namespace_controller`](ApiServerBuilder::namespace_controller) | on |
-//! | RBAC authorisation | [`rbac`](ApiServerBuilder::rbac) | off (no policy is stored) |
-//! | defaulting (Service clusterIP, node ports, policies, `ipMode`; Secret `type`; Namespace label and finalizer; Node pod CIDRs kept in step) | none: the objects a controller reads always carry them | always |
-//! | generated names (`generateName`), uid, `creationTimestamp`, `resourceVersion`, `generation`, `managedFields` | none: the storage contract | always |
-//! | finalizers: delete sets `deletionTimestamp`, the last finalizer's removal deletes | none: the contract controllers rely on | always |
-//! | status subresource split (`spec` vs `status` writes) | none | always |
 
 use super::ApiServer;
 
@@ -41,8 +26,22 @@ impl Default for Admission {
 }
 
 /// Builds an [`ApiServer`] with chosen behaviours; every default is kube-apiserver's, so
-/// `ApiServer::builder().start()` is [`ApiServer::start`]. See the [module table](self) for
-/// what each switch covers and what is always on.
+/// `ApiServer::builder().start()` is [`ApiServer::start`].
+///
+/// What the server adds beyond storing, and which of it is a switch (docs/testing.md has the
+/// same table, "The harness's behaviours and their defaults"):
+///
+/// | behaviour | switch | default |
+/// |---|---|---|
+/// | TaintNodesByCondition: `node.kubernetes.io/not-ready:NoSchedule` on every created Node | [`not_ready_taint`](Self::not_ready_taint) | on |
+/// | NamespaceLifecycle: no create in a missing or terminating namespace, no delete of `default`, `kube-system`, `kube-public` | [`namespace_lifecycle`](Self::namespace_lifecycle) | on |
+/// | validation: `422 Invalid` with field causes | [`validation`](Self::validation) | on |
+/// | the namespace controller (empties and finalizes a deleted Namespace) | [`namespace_controller`](Self::namespace_controller) | on |
+/// | RBAC authorisation | [`rbac`](Self::rbac) | off (no policy is stored) |
+/// | defaulting (Service clusterIP, node ports, policies, `ipMode`; Secret `type`; Namespace label and finalizer; Node pod CIDRs kept in step) | none: the objects a controller reads always carry them | always |
+/// | generated names (`generateName`), uid, `creationTimestamp`, `resourceVersion`, `generation`, `managedFields` | none: the storage contract | always |
+/// | finalizers: delete sets `deletionTimestamp`, the last finalizer's removal deletes | none: the contract controllers rely on | always |
+/// | status subresource split (`spec` vs `status` writes) | none | always |
 ///
 /// ```
 /// use ccm_testing::apiserver::ApiServer;

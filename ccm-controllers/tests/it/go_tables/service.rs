@@ -66,7 +66,7 @@ async fn service_table() {
                 ),
                 write(
                     "patch services/status web",
-                    json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.1"}]}}}),
+                    json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}]}}}),
                 ),
             ],
         },
