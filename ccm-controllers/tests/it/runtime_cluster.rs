@@ -361,7 +361,7 @@ async fn renewal_failures_keep_the_lease_until_the_renew_deadline_then_exit_1() 
     assert!(
         server.requests().iter().any(|r| r.user_agent.as_deref()
             == Some(&*ccm_controllers::user_agent(
-                "0.1.0",
+                env!("CARGO_PKG_VERSION"),
                 "cloud-controller-manager"
             ))),
         "user agent cloud-controller-manager/<version> (<os>/<arch>) kubernetes/unknown/cloud-controller-manager"
