@@ -60,7 +60,10 @@ struct Reconciled {
 
 impl Reconciled {
     async fn start(n: usize) -> Reconciled {
-        let cluster = TestCluster::start().await;
+        // The shadow runs as in production, with informers over the whole cluster: on a shared
+        // real cluster it would also compare the objects of tests running at the same time
+        // (their Services' load balancers, their Nodes as hosts), so it takes the cluster alone.
+        let cluster = TestCluster::start_exclusive().await;
         let run = cluster.unique_name("shadow");
         let ns = cluster.namespace().await;
         let cloud = FakeCloud::builder()
