@@ -119,19 +119,7 @@ impl AwsCloud {
         group_arn: &str,
         instances: &BTreeSet<String>,
     ) -> CloudResult<()> {
-        let health = self
-            .clients
-            .elb
-            .describe_target_health()
-            .target_group_arn(group_arn)
-            .send()
-            .await
-            .map_err(|e| to_cloud_error("DescribeTargetHealth", e))?;
-        let current: BTreeSet<String> = health
-            .target_health_descriptions()
-            .iter()
-            .filter_map(|d| d.target()?.id().map(str::to_owned))
-            .collect();
+        let current = self.target_instances(group_arn).await?;
         let add: Vec<TargetDescription> = targets(instances.difference(&current));
         let remove: Vec<TargetDescription> = targets(current.difference(instances));
         if !add.is_empty() {
