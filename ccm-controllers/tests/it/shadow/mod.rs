@@ -2,7 +2,8 @@
 //! normal controllers reconciled with FakeCloud, over real HTTP. It must write nothing
 //! (the request log shows only reads and `dryRun=All` writes, FakeCloud no mutating call),
 //! find exactly the differences the test makes in its cloud, report them on
-//! `/shadow/divergences`, in the one-shot report and its exit code, and never take the Lease.
+//! `/shadow/divergences`, in the one-shot report and its exit codes (0, 3, 1), and never take
+//! the Lease; its route controller sends no route call (`routes.rs`).
 //!
 //! Holds on a real cluster (`CCM_TEST_KUBECONFIG`): the incumbent is the controller harness
 //! scoped to the test's Nodes and namespace, the shadow writes nothing anywhere, and every
@@ -594,4 +595,39 @@ async fn the_divergences_endpoint_is_authorised_as_metrics_is() {
     assert!(matches!(metrics, 401 | 403), "/metrics: {metrics}");
     assert_eq!(divergences, metrics);
     assert_eq!(shadow.stop().await, 0);
+}
+
+#[tokio::test]
+async fn a_report_that_cannot_be_written_exits_1() {
+    let cluster = TestCluster::start().await;
+    let cloud = FakeCloud::default();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |path: std::path::PathBuf| {
+        let builder = Builder::new()
+            .provider(cloud.provider())
+            .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .args(shadow_args(
+                &cluster,
+                &[
+                    format!("--shadow-report={}", path.display()),
+                    "--shadow-duration=1s".to_owned(),
+                ],
+            ))
+            .shutdown_signal(std::future::pending());
+        async move {
+            tokio::time::timeout(Duration::from_secs(60), builder.run_async())
+                .await
+                .expect("the one-shot shadow stops by itself")
+        }
+    };
+    // The same run with a writable file: the report is written (exit 0, or 3 for the other
+    // Nodes of a real cluster), so the 1 below is the report's error, not a start-up failure.
+    let writable = dir.path().join("report.json");
+    let code = run(writable.clone()).await;
+    assert!(matches!(code, 0 | 3), "exit {code}");
+    assert!(writable.exists());
+    // A file in a directory that does not exist: the report cannot be written.
+    let path = dir.path().join("missing").join("report.json");
+    assert_eq!(run(path.clone()).await, 1, "an unwritable report is exit 1");
+    assert!(!path.exists());
 }
