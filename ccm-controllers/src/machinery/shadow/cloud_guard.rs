@@ -49,6 +49,7 @@ impl Shadow {
             kind: "Service",
             object: service_object(service),
             field: field.to_owned(),
+            also: Vec::new(),
             incumbent,
             ours,
             pending: service_pending(service),
@@ -184,6 +185,7 @@ impl Shadow {
             kind: "Route",
             object: route.destination_cidr.clone(),
             field: "route".to_owned(),
+            also: Vec::new(),
             incumbent,
             ours,
             // The incumbent may be creating or deleting it right now.

@@ -6,12 +6,17 @@
 //! `spec.providerID`, `spec.taints`, `spec.podCIDRs`, `status.addresses` and the
 //! `NetworkUnavailable` condition (status and reason); a Service's finalizers and
 //! `status.loadBalancer`.
+//!
+//! A deprecated beta label that differs exactly as its GA label does (Go's initialisation
+//! writes both from one answer) is folded into the GA label's difference ([`fold_aliases`]):
+//! a changed zone is one difference, not two.
 
 use std::collections::BTreeMap;
 
 use ccm_core::well_known::{
     CONDITION_NETWORK_UNAVAILABLE, CONDITION_READY, FINALIZER_LOAD_BALANCER_CLEANUP,
-    TAINT_UNINITIALIZED,
+    LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, TAINT_UNINITIALIZED,
 };
 use k8s_openapi::api::core::v1::{Node, Service};
 use serde_json::{Value, json};
@@ -114,6 +119,64 @@ pub(crate) fn diff(
     out
 }
 
+/// The deprecated beta labels the node controllers write beside their GA label, as
+/// `(beta, GA)`.
+const BETA_ALIASES: [(&str, &str); 3] = [
+    (LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_TOPOLOGY_ZONE),
+    (LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_TOPOLOGY_REGION),
+    (LABEL_INSTANCE_TYPE_BETA, LABEL_INSTANCE_TYPE),
+];
+
+/// The compared field of the label `key`.
+fn label_field(key: &str) -> String {
+    format!("metadata.labels[{key}]")
+}
+
+/// One differing field, with the alias fields folded into it.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct FieldDiff {
+    /// The field (for a folded label, the GA label's).
+    pub field: String,
+    /// Its value on the object now; `Value::Null` when absent.
+    pub incumbent: Value,
+    /// Its value after the write; `Value::Null` when removed.
+    pub ours: Value,
+    /// The alias fields that differ exactly as `field` does, folded into it.
+    pub also: Vec<String>,
+}
+
+/// Folds each deprecated beta label that differs with the same values as its GA label into
+/// the GA label's difference (its `also`). A beta label that differs otherwise (the incumbent
+/// never set it, or set it to another value than the GA label) stays its own difference.
+/// Order is kept.
+pub(crate) fn fold_aliases(diffs: Vec<(String, Value, Value)>) -> Vec<FieldDiff> {
+    let mut out: Vec<FieldDiff> = diffs
+        .into_iter()
+        .map(|(field, incumbent, ours)| FieldDiff {
+            field,
+            incumbent,
+            ours,
+            also: Vec::new(),
+        })
+        .collect();
+    for (beta, ga) in BETA_ALIASES {
+        let (beta, ga) = (label_field(beta), label_field(ga));
+        let Some(b) = out.iter().position(|d| d.field == beta) else {
+            continue;
+        };
+        let Some(g) = out.iter().position(|d| d.field == ga) else {
+            continue;
+        };
+        if out[b].incumbent != out[g].incumbent || out[b].ours != out[g].ours {
+            continue;
+        }
+        let folded = out.remove(b);
+        let g = if b < g { g - 1 } else { g };
+        out[g].also.push(folded.field);
+    }
+    out
+}
+
 /// A Node the incumbent has not settled yet: still tainted uninitialized, or being deleted.
 pub(crate) fn node_pending(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some()
@@ -201,6 +264,108 @@ mod tests {
         assert_eq!(d.len(), 2, "{d:?}");
         assert!(d.contains(&("metadata.labels[zone]".to_owned(), Value::Null, json!("b"))));
         assert!(d.iter().any(|(f, _, a)| f == "spec.taints" && a.is_null()));
+    }
+
+    /// `(field, incumbent, ours)` of the label `key`.
+    fn label(key: &str, incumbent: Value, ours: Value) -> (String, Value, Value) {
+        (label_field(key), incumbent, ours)
+    }
+
+    #[test]
+    fn a_changed_zone_is_one_difference_naming_the_ga_label_and_its_beta_alias() {
+        let before = node_fields(&node(
+            &[
+                (LABEL_TOPOLOGY_ZONE, "a"),
+                (LABEL_FAILURE_DOMAIN_BETA_ZONE, "a"),
+                (LABEL_TOPOLOGY_REGION, "r"),
+                (LABEL_FAILURE_DOMAIN_BETA_REGION, "r"),
+            ],
+            None,
+        ));
+        let after = node_fields(&node(
+            &[
+                (LABEL_TOPOLOGY_ZONE, "b"),
+                (LABEL_FAILURE_DOMAIN_BETA_ZONE, "b"),
+                (LABEL_TOPOLOGY_REGION, "r"),
+                (LABEL_FAILURE_DOMAIN_BETA_REGION, "r"),
+            ],
+            None,
+        ));
+        assert_eq!(
+            fold_aliases(diff(&before, &after)),
+            vec![FieldDiff {
+                field: label_field(LABEL_TOPOLOGY_ZONE),
+                incumbent: json!("a"),
+                ours: json!("b"),
+                also: vec![label_field(LABEL_FAILURE_DOMAIN_BETA_ZONE)],
+            }]
+        );
+    }
+
+    #[test]
+    fn each_ga_label_takes_its_own_alias_whatever_the_order() {
+        let folded = fold_aliases(vec![
+            label(LABEL_INSTANCE_TYPE_BETA, json!("m1"), json!("m2")),
+            label(LABEL_TOPOLOGY_REGION, json!("r1"), json!("r2")),
+            label(LABEL_FAILURE_DOMAIN_BETA_REGION, json!("r1"), json!("r2")),
+            label(LABEL_INSTANCE_TYPE, json!("m1"), json!("m2")),
+        ]);
+        let got: Vec<(&str, Vec<&str>)> = folded
+            .iter()
+            .map(|d| {
+                (
+                    d.field.as_str(),
+                    d.also.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (
+                    "metadata.labels[topology.kubernetes.io/region]",
+                    vec!["metadata.labels[failure-domain.beta.kubernetes.io/region]"]
+                ),
+                (
+                    "metadata.labels[node.kubernetes.io/instance-type]",
+                    vec!["metadata.labels[beta.kubernetes.io/instance-type]"]
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_beta_label_that_differs_on_its_own_stays_its_own_difference() {
+        // The incumbent never set the beta label: it differs from null, the GA label from "a".
+        let unset = vec![
+            label(LABEL_TOPOLOGY_ZONE, json!("a"), json!("b")),
+            label(LABEL_FAILURE_DOMAIN_BETA_ZONE, Value::Null, json!("b")),
+        ];
+        let folded = fold_aliases(unset.clone());
+        assert_eq!(folded.len(), 2, "{folded:?}");
+        assert!(folded.iter().all(|d| d.also.is_empty()));
+        assert_eq!(
+            folded
+                .iter()
+                .map(|d| (d.field.clone(), d.incumbent.clone(), d.ours.clone()))
+                .collect::<Vec<_>>(),
+            unset
+        );
+        // Only the beta label differs (the GA label already agrees): nothing to fold into.
+        let alone = fold_aliases(vec![label(
+            LABEL_FAILURE_DOMAIN_BETA_ZONE,
+            json!("a"),
+            json!("b"),
+        )]);
+        assert_eq!(alone.len(), 1);
+        assert_eq!(alone[0].field, label_field(LABEL_FAILURE_DOMAIN_BETA_ZONE));
+        assert!(alone[0].also.is_empty());
+        // The GA and beta labels differ to different values: two differences.
+        let apart = fold_aliases(vec![
+            label(LABEL_TOPOLOGY_ZONE, json!("a"), json!("b")),
+            label(LABEL_FAILURE_DOMAIN_BETA_ZONE, json!("a"), json!("c")),
+        ]);
+        assert_eq!(apart.len(), 2, "{apart:?}");
     }
 
     #[test]

@@ -61,12 +61,23 @@ pub(crate) struct Divergence {
     pub object: String,
     /// The field, e.g. `metadata.labels[topology.kubernetes.io/zone]`, `loadBalancer.hosts`.
     pub field: String,
+    /// Alias fields that differ exactly as `field` does, folded into this divergence (a
+    /// deprecated beta label beside its GA label, e.g.
+    /// `metadata.labels[failure-domain.beta.kubernetes.io/zone]`); empty when none.
+    pub also: Vec<String>,
     /// What the cluster (or the cloud) shows now: the incumbent's value; `null` when absent.
     pub incumbent: Value,
     /// What this runtime would write; `null` when it would remove the field.
     pub ours: Value,
     /// When the shadow first saw it (RFC 3339).
     pub since: String,
+}
+
+impl Divergence {
+    /// `field` and the alias fields folded into it.
+    pub(crate) fn fields(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.field).chain(&self.also)
+    }
 }
 
 /// The identity of a divergence: controller, kind, object, field.
@@ -88,6 +99,8 @@ pub(crate) struct Planned {
     pub kind: &'static str,
     pub object: String,
     pub field: String,
+    /// Alias fields folded into `field` (see [`fields::fold_aliases`]).
+    pub also: Vec<String>,
     pub incumbent: Value,
     pub ours: Value,
     /// The incumbent is still reconciling the object.

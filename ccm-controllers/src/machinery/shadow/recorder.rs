@@ -1,6 +1,8 @@
 //! The recorder: planned changes in, current divergences out, with the pending rule, a log
 //! line per new and per resolved divergence, and the metrics kept in step.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -22,6 +24,15 @@ fn key(p: &Planned) -> Key {
     )
 }
 
+/// Why a divergence is removed.
+#[derive(Clone, Copy, Debug)]
+enum Removal {
+    /// The object or the cloud changed: it no longer holds.
+    Resolved,
+    /// A beta label's divergence became part of its GA label's (`also`).
+    Folded,
+}
+
 /// Now, in RFC 3339.
 fn now_rfc3339() -> String {
     jiff::Timestamp::now().to_string()
@@ -36,6 +47,12 @@ impl Shadow {
         let mut state = self.lock();
         for p in planned {
             let k = key(&p);
+            // Alias fields folded into this one are no longer their own divergence.
+            for alias in &p.also {
+                let alias_key = (k.0.clone(), k.1.clone(), k.2.clone(), alias.clone());
+                self.drop_pending(&mut state, &alias_key);
+                self.remove(&mut state, &alias_key, Removal::Folded);
+            }
             if p.pending {
                 let since = *state
                     .pending_since
@@ -62,6 +79,7 @@ impl Shadow {
         if let Some(existing) = state.divergences.get_mut(&k) {
             existing.incumbent = p.incumbent;
             existing.ours = p.ours;
+            existing.also = p.also;
             return;
         }
         let d = Divergence {
@@ -69,6 +87,7 @@ impl Shadow {
             kind: p.kind.to_owned(),
             object: p.object,
             field: p.field,
+            also: p.also,
             incumbent: p.incumbent,
             ours: p.ours,
             since: now_rfc3339(),
@@ -78,6 +97,7 @@ impl Shadow {
             kind = %d.kind,
             object = %d.object,
             field = %d.field,
+            also = ?d.also,
             incumbent = %d.incumbent,
             ours = %d.ours,
             "shadow: new divergence"
@@ -112,19 +132,34 @@ impl Shadow {
             .map(key_of)
             .collect();
         for k in keys {
-            if let Some(d) = state.divergences.remove(&k) {
-                tracing::info!(
+            self.remove(&mut state, &k, Removal::Resolved);
+        }
+    }
+
+    /// Removes the divergence `k`, if there is one, logging why.
+    fn remove(&self, state: &mut State, k: &Key, why: Removal) {
+        if let Some(d) = state.divergences.remove(k) {
+            match why {
+                Removal::Resolved => tracing::info!(
                     controller = %d.controller,
                     kind = %d.kind,
                     object = %d.object,
                     field = %d.field,
+                    also = ?d.also,
                     "shadow: divergence resolved"
-                );
-                self.metrics
-                    .current
-                    .get_or_create(&labels(&d.controller, &d.kind))
-                    .dec();
+                ),
+                Removal::Folded => tracing::info!(
+                    controller = %d.controller,
+                    kind = %d.kind,
+                    object = %d.object,
+                    field = %d.field,
+                    "shadow: divergence folded into its GA label's"
+                ),
             }
+            self.metrics
+                .current
+                .get_or_create(&labels(&d.controller, &d.kind))
+                .dec();
         }
     }
 
@@ -177,6 +212,13 @@ impl Shadow {
         &d.incumbent != current
     }
 
+    /// The recorded value of the divergence's field, or of an alias folded into it, no longer
+    /// matches the object's `fields` (as [`super::fields::node_fields`] gives them).
+    pub(crate) fn stale_in(d: &Divergence, fields: &BTreeMap<String, Value>) -> bool {
+        d.fields()
+            .any(|f| Shadow::stale(d, fields.get(f).unwrap_or(&Value::Null)))
+    }
+
     /// Sets the number of objects compared, by kind.
     pub(crate) fn set_compared(&self, kind: &str, n: usize) {
         self.metrics
@@ -203,6 +245,7 @@ mod tests {
             kind: "Node",
             object: "n1".into(),
             field: field.into(),
+            also: Vec::new(),
             incumbent: json!("a"),
             ours: json!("b"),
             pending,
@@ -232,5 +275,32 @@ mod tests {
         assert_eq!(shadow.divergences().len(), 1);
         shadow.resolve("node-controller", "Node", "n1", "f");
         assert!(shadow.divergences().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_folded_alias_replaces_its_own_divergence_and_resolves_with_either_field() {
+        let shadow = Shadow::new(Duration::from_secs(60), &MetricsRegistry::new());
+        // First the beta label alone (e.g. the GA label agreed then), then both folded.
+        shadow.observe(vec![planned("beta", false)]);
+        let mut folded = planned("ga", false);
+        folded.also = vec!["beta".into()];
+        shadow.observe(vec![folded]);
+        let all = shadow.divergences();
+        assert_eq!(all.len(), 1, "{all:?}");
+        assert_eq!(all[0].field, "ga");
+        assert_eq!(all[0].also, vec!["beta".to_owned()]);
+        let json = serde_json::to_value(&all[0]).unwrap_or_default();
+        assert_eq!(json["also"], json!(["beta"]), "{json}");
+        // The object now shows another value on the alias only: the divergence is stale.
+        let fields = BTreeMap::from([
+            ("ga".to_owned(), json!("a")),
+            ("beta".to_owned(), json!("b")),
+        ]);
+        assert!(Shadow::stale_in(&all[0], &fields));
+        let unchanged = BTreeMap::from([
+            ("ga".to_owned(), json!("a")),
+            ("beta".to_owned(), json!("a")),
+        ]);
+        assert!(!Shadow::stale_in(&all[0], &unchanged));
     }
 }

@@ -58,9 +58,14 @@ impl Report {
             self.pending
         )?;
         for d in &self.divergences {
+            let also = if d.also.is_empty() {
+                String::new()
+            } else {
+                format!(" (also {})", d.also.join(", "))
+            };
             writeln!(
                 out,
-                "  {} {} {}: incumbent {} / ours {} ({}, since {})",
+                "  {} {} {}{also}: incumbent {} / ours {} ({}, since {})",
                 d.kind, d.object, d.field, d.incumbent, d.ours, d.controller, d.since
             )?;
         }
@@ -87,7 +92,8 @@ mod tests {
                 controller: "node-controller".into(),
                 kind: "Node".into(),
                 object: "n1".into(),
-                field: "metadata.labels[zone]".into(),
+                field: "metadata.labels[topology.kubernetes.io/zone]".into(),
+                also: vec!["metadata.labels[failure-domain.beta.kubernetes.io/zone]".into()],
                 incumbent: json!("a"),
                 ours: json!("b"),
                 since: "t".into(),
@@ -101,7 +107,9 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Node n1 metadata.labels[zone]: incumbent \"a\" / ours \"b\""),
+            text.contains(
+                "Node n1 metadata.labels[topology.kubernetes.io/zone] (also metadata.labels[failure-domain.beta.kubernetes.io/zone]): incumbent \"a\" / ours \"b\""
+            ),
             "{text}"
         );
     }

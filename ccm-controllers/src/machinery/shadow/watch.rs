@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Service};
-use serde_json::Value;
 
 use super::Shadow;
 use super::fields::{
@@ -62,8 +61,7 @@ impl Shadow {
                     if d.field == FIELD_NODE_DELETED {
                         ready
                     } else {
-                        is_object_field(&d.field)
-                            && Shadow::stale(d, fields.get(&d.field).unwrap_or(&Value::Null))
+                        is_object_field(&d.field) && Shadow::stale_in(d, &fields)
                     }
                 });
                 if !node_pending(&new) {
@@ -85,8 +83,7 @@ impl Shadow {
                 let object = service_object(&new);
                 let fields = service_fields(&new);
                 self.resolve_where("Service", &object, |d| {
-                    is_object_field(&d.field)
-                        && Shadow::stale(d, fields.get(&d.field).unwrap_or(&Value::Null))
+                    is_object_field(&d.field) && Shadow::stale_in(d, &fields)
                 });
                 if !service_pending(&new) {
                     self.settled("Service", &object);

@@ -21,7 +21,8 @@ use serde_json::{Value, json};
 use tower::{BoxError, Layer};
 
 use super::fields::{
-    FIELD_NODE_DELETED, diff, node_fields, node_pending, service_fields, service_pending,
+    FIELD_NODE_DELETED, FieldDiff, diff, fold_aliases, node_fields, node_pending, service_fields,
+    service_pending,
 };
 use super::{Planned, Shadow};
 
@@ -203,6 +204,36 @@ where
     }
 }
 
+/// The planned changes of one object's differing fields, beta label aliases folded.
+fn planned_fields(
+    controller: &str,
+    kind: &'static str,
+    object: &str,
+    pending: bool,
+    diffs: Vec<(String, Value, Value)>,
+) -> Vec<Planned> {
+    fold_aliases(diffs)
+        .into_iter()
+        .map(
+            |FieldDiff {
+                 field,
+                 incumbent,
+                 ours,
+                 also,
+             }| Planned {
+                controller: controller.to_owned(),
+                kind,
+                object: object.to_owned(),
+                field,
+                also,
+                incumbent,
+                ours,
+                pending,
+            },
+        )
+        .collect()
+}
+
 impl Shadow {
     /// Compares a successful dry-run write with the cached object.
     fn compare_write(&self, controller: &str, method: &Method, t: &Target, body: &[u8]) {
@@ -217,6 +248,7 @@ impl Shadow {
                     kind: "Node",
                     object: name.to_owned(),
                     field: FIELD_NODE_DELETED.to_owned(),
+                    also: Vec::new(),
                     incumbent: json!("exists"),
                     ours: json!("deleted"),
                     pending,
@@ -229,18 +261,13 @@ impl Shadow {
                     return;
                 };
                 let pending = node_pending(&before);
-                diff(&node_fields(&before), &node_fields(&after))
-                    .into_iter()
-                    .map(|(field, incumbent, ours)| Planned {
-                        controller: controller.to_owned(),
-                        kind: "Node",
-                        object: name.to_owned(),
-                        field,
-                        incumbent,
-                        ours,
-                        pending,
-                    })
-                    .collect()
+                planned_fields(
+                    controller,
+                    "Node",
+                    name,
+                    pending,
+                    diff(&node_fields(&before), &node_fields(&after)),
+                )
             }
             ("services", &Method::DELETE) => return,
             ("services", _) => {
@@ -252,18 +279,13 @@ impl Shadow {
                     return;
                 };
                 let pending = service_pending(&before);
-                diff(&service_fields(&before), &service_fields(&after))
-                    .into_iter()
-                    .map(|(field, incumbent, ours)| Planned {
-                        controller: controller.to_owned(),
-                        kind: "Service",
-                        object: format!("{ns}/{name}"),
-                        field,
-                        incumbent,
-                        ours,
-                        pending,
-                    })
-                    .collect()
+                planned_fields(
+                    controller,
+                    "Service",
+                    &format!("{ns}/{name}"),
+                    pending,
+                    diff(&service_fields(&before), &service_fields(&after)),
+                )
             }
             _ => return,
         };

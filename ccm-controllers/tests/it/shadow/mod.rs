@@ -2,7 +2,8 @@
 //! normal controllers reconciled with FakeCloud, over real HTTP. It must write nothing
 //! (the request log shows only reads and `dryRun=All` writes, FakeCloud no mutating call),
 //! find exactly the differences the test makes in its cloud, report them on
-//! `/shadow/divergences`, in the one-shot report and its exit code, and never take the Lease.
+//! `/shadow/divergences`, in the one-shot report and its exit codes (0, 3, 1), and never take
+//! the Lease; its route controller sends no route call (`routes.rs`).
 //!
 //! Holds on a real cluster (`CCM_TEST_KUBECONFIG`): the incumbent is the controller harness
 //! scoped to the test's Nodes and namespace, the shadow writes nothing anywhere, and every
@@ -11,6 +12,7 @@
 //! log is checked on the in-process API server only.
 
 mod lease;
+mod routes;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -182,56 +184,71 @@ impl Reconciled {
 
     /// The log index to check requests from (in-process API server only).
     fn log_mark(&self) -> usize {
-        self.cluster
-            .api_server()
-            .map_or(0, |server| server.requests().len())
+        log_mark(&self.cluster)
     }
 
-    /// On the in-process API server: every request of the runtime since `mark` is a read
-    /// (`get`, `list`, `watch`) or a `dryRun=All` write, and no Event was sent. Returns the
-    /// number of dry-run writes seen.
+    /// See [`assert_nothing_persisted`].
     fn assert_nothing_persisted(&self, mark: usize) -> usize {
-        let Some(server) = self.cluster.api_server() else {
-            return 0;
-        };
-        let runtime: Vec<_> = server.requests()[mark..]
-            .iter()
-            .filter(|r| {
-                r.user_agent
-                    .as_deref()
-                    .is_some_and(|ua| ua.starts_with("cloud-controller-manager/"))
-            })
-            .cloned()
-            .collect();
-        assert!(!runtime.is_empty(), "the shadow made no request at all");
-        let mut dry_runs = 0;
-        for r in &runtime {
-            assert_ne!(r.resource, "events", "an Event was sent: {r:?}");
-            if matches!(r.verb.as_str(), "get" | "list" | "watch") {
-                continue;
-            }
-            assert!(
-                r.query.split('&').any(|p| p == "dryRun=All"),
-                "a persisting write: {} {} ?{}",
-                r.method,
-                r.path,
-                r.query
-            );
-            dry_runs += 1;
-        }
-        dry_runs
+        assert_nothing_persisted(&self.cluster, mark)
     }
 
     /// FakeCloud received no mutating call.
     fn assert_no_mutating_call(&self) {
-        for op in MUTATING {
-            assert_eq!(
-                self.cloud.call_count(op),
-                0,
-                "the shadow sent {op}: {:?}",
-                self.cloud.calls_of(op)
-            );
+        assert_no_mutating_call(&self.cloud);
+    }
+}
+
+/// The log index to check requests from (in-process API server only).
+fn log_mark(cluster: &TestCluster) -> usize {
+    cluster
+        .api_server()
+        .map_or(0, |server| server.requests().len())
+}
+
+/// On the in-process API server: every request of the runtime since `mark` is a read
+/// (`get`, `list`, `watch`) or a `dryRun=All` write, and no Event was sent. Returns the
+/// number of dry-run writes seen.
+fn assert_nothing_persisted(cluster: &TestCluster, mark: usize) -> usize {
+    let Some(server) = cluster.api_server() else {
+        return 0;
+    };
+    let runtime: Vec<_> = server.requests()[mark..]
+        .iter()
+        .filter(|r| {
+            r.user_agent
+                .as_deref()
+                .is_some_and(|ua| ua.starts_with("cloud-controller-manager/"))
+        })
+        .cloned()
+        .collect();
+    assert!(!runtime.is_empty(), "the shadow made no request at all");
+    let mut dry_runs = 0;
+    for r in &runtime {
+        assert_ne!(r.resource, "events", "an Event was sent: {r:?}");
+        if matches!(r.verb.as_str(), "get" | "list" | "watch") {
+            continue;
         }
+        assert!(
+            r.query.split('&').any(|p| p == "dryRun=All"),
+            "a persisting write: {} {} ?{}",
+            r.method,
+            r.path,
+            r.query
+        );
+        dry_runs += 1;
+    }
+    dry_runs
+}
+
+/// FakeCloud received no mutating call.
+fn assert_no_mutating_call(cloud: &FakeCloud) {
+    for op in MUTATING {
+        assert_eq!(
+            cloud.call_count(op),
+            0,
+            "the shadow sent {op}: {:?}",
+            cloud.calls_of(op)
+        );
     }
 }
 
@@ -251,12 +268,20 @@ struct ShadowRun {
     task: JoinHandle<i32>,
 }
 
+/// The controllers the shadow runs unless a test names others.
+const NODE_AND_SERVICE_CONTROLLERS: &str = "cloud-node,cloud-node-lifecycle,service";
+
 /// The shadow's flags: the node and service controllers, test-sized periods.
 fn shadow_args(cluster: &TestCluster, extra: &[String]) -> Vec<String> {
+    shadow_args_with(cluster, NODE_AND_SERVICE_CONTROLLERS, extra)
+}
+
+/// The shadow's flags: `controllers` (as `--controllers` takes them), test-sized periods.
+fn shadow_args_with(cluster: &TestCluster, controllers: &str, extra: &[String]) -> Vec<String> {
     let mut args: Vec<String> = [
         "ccm",
         "--shadow",
-        "--controllers=cloud-node,cloud-node-lifecycle,service",
+        &format!("--controllers={controllers}"),
         "--node-monitor-period=200ms",
         "--node-deletion-grace-period=1s",
         "--shadow-pending-grace=1s",
@@ -281,14 +306,20 @@ fn shadow_args(cluster: &TestCluster, extra: &[String]) -> Vec<String> {
 }
 
 impl ShadowRun {
+    /// Starts a shadow of the node and service controllers.
     fn start(cluster: &TestCluster, cloud: &FakeCloud, extra: &[String]) -> ShadowRun {
+        Self::start_with_args(cloud, shadow_args(cluster, extra))
+    }
+
+    /// Starts a shadow with these flags (see [`shadow_args_with`]).
+    fn start_with_args(cloud: &FakeCloud, args: Vec<String>) -> ShadowRun {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stop_rx) = oneshot::channel::<()>();
         let builder = Builder::new()
             .provider(cloud.provider())
             .listener(listener)
-            .args(shadow_args(cluster, extra))
+            .args(args)
             .shutdown_signal(async move {
                 let _ = stop_rx.await;
             });
@@ -397,25 +428,21 @@ async fn a_changed_zone_is_one_divergence_of_that_node_and_the_node_keeps_its_la
     let (code, report) = one_shot(&r).await;
     assert_eq!(code, 3, "divergences: exit 3; {report:#}");
     let own = r.own(&report);
-    // Go's initialisation sets the zone twice (the GA and the beta label): both differ, on
-    // that one Node only, each with both values.
-    let fields: BTreeSet<&str> = own.iter().map(|d| d["field"].as_str().unwrap()).collect();
+    // Go's initialisation sets the zone twice (the GA and the beta label): one divergence,
+    // on that one Node only, naming the GA label, its beta alias and both values.
+    assert_eq!(own.len(), 1, "exactly one divergence: {report:#}");
+    let d = &own[0];
+    assert_eq!(d["kind"], "Node");
+    assert_eq!(d["object"], changed.as_str());
+    assert_eq!(d["controller"], "node-controller");
+    assert_eq!(d["field"], "metadata.labels[topology.kubernetes.io/zone]");
     assert_eq!(
-        fields,
-        BTreeSet::from([
-            "metadata.labels[failure-domain.beta.kubernetes.io/zone]",
-            "metadata.labels[topology.kubernetes.io/zone]",
-        ]),
-        "{report:#}"
+        d["also"],
+        serde_json::json!(["metadata.labels[failure-domain.beta.kubernetes.io/zone]"])
     );
-    for d in &own {
-        assert_eq!(d["kind"], "Node");
-        assert_eq!(d["object"], changed.as_str());
-        assert_eq!(d["controller"], "node-controller");
-        assert_eq!(d["incumbent"], "zone-a");
-        assert_eq!(d["ours"], "zone-b");
-        assert!(d["since"].as_str().is_some_and(|s| !s.is_empty()));
-    }
+    assert_eq!(d["incumbent"], "zone-a");
+    assert_eq!(d["ours"], "zone-b");
+    assert!(d["since"].as_str().is_some_and(|s| !s.is_empty()));
     // Nothing was written: the Node still has the incumbent's zone.
     let node = r.node_api().get(&changed).await.unwrap();
     assert_eq!(
@@ -568,4 +595,39 @@ async fn the_divergences_endpoint_is_authorised_as_metrics_is() {
     assert!(matches!(metrics, 401 | 403), "/metrics: {metrics}");
     assert_eq!(divergences, metrics);
     assert_eq!(shadow.stop().await, 0);
+}
+
+#[tokio::test]
+async fn a_report_that_cannot_be_written_exits_1() {
+    let cluster = TestCluster::start().await;
+    let cloud = FakeCloud::default();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |path: std::path::PathBuf| {
+        let builder = Builder::new()
+            .provider(cloud.provider())
+            .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .args(shadow_args(
+                &cluster,
+                &[
+                    format!("--shadow-report={}", path.display()),
+                    "--shadow-duration=1s".to_owned(),
+                ],
+            ))
+            .shutdown_signal(std::future::pending());
+        async move {
+            tokio::time::timeout(Duration::from_secs(60), builder.run_async())
+                .await
+                .expect("the one-shot shadow stops by itself")
+        }
+    };
+    // The same run with a writable file: the report is written (exit 0, or 3 for the other
+    // Nodes of a real cluster), so the 1 below is the report's error, not a start-up failure.
+    let writable = dir.path().join("report.json");
+    let code = run(writable.clone()).await;
+    assert!(matches!(code, 0 | 3), "exit {code}");
+    assert!(writable.exists());
+    // A file in a directory that does not exist: the report cannot be written.
+    let path = dir.path().join("missing").join("report.json");
+    assert_eq!(run(path.clone()).await, 1, "an unwritable report is exit 1");
+    assert!(!path.exists());
 }
