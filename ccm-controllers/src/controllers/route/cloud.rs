@@ -19,6 +19,32 @@ pub(super) struct ExecResult {
     pub(super) delete_retry_after: Option<Duration>,
 }
 
+/// How the log lines name a call that answered `Ok`: in shadow mode the cloud guard answers
+/// a mutating call without sending it, and the log must not read as if the route changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Calls {
+    /// The calls reach the provider.
+    Sent,
+    /// Shadow mode: the guard keeps them from the cloud.
+    Shadowed,
+}
+
+impl Calls {
+    fn deleted(self) -> &'static str {
+        match self {
+            Calls::Sent => "deleted route",
+            Calls::Shadowed => "shadow: would delete route (not sent)",
+        }
+    }
+
+    fn created(self) -> &'static str {
+        match self {
+            Calls::Sent => "created route",
+            Calls::Shadowed => "shadow: would create route (not sent)",
+        }
+    }
+}
+
 /// Runs a plan's deletes and creates against the provider, at most `ops` permits' worth in
 /// flight. When the plan says so, every delete finishes before the first create starts.
 pub(super) async fn execute(
@@ -26,6 +52,7 @@ pub(super) async fn execute(
     cluster_name: &str,
     plan: &RoutePlan,
     ops: &Semaphore,
+    calls: Calls,
 ) -> ExecResult {
     let deletes = futures::future::join_all(plan.deletes.iter().map(|route| async move {
         let started = Instant::now();
@@ -37,7 +64,7 @@ pub(super) async fn execute(
         match &result {
             Ok(()) => tracing::info!(
                 route = %route.name, cidr = %route.destination_cidr,
-                after = ?started.elapsed(), "deleted route"
+                after = ?started.elapsed(), "{}", calls.deleted()
             ),
             Err(error) => tracing::warn!(
                 route = %route.name, cidr = %route.destination_cidr,
@@ -48,7 +75,7 @@ pub(super) async fn execute(
     }));
     let creates = futures::future::join_all(plan.creates.iter().map(|create| async move {
         let started = Instant::now();
-        let result = create_route(routes, cluster_name, create, ops).await;
+        let result = create_route(routes, cluster_name, create, ops, calls).await;
         (create, result, started.elapsed())
     }));
     let (delete_results, create_results) = if plan.deletes_before_creates {
@@ -84,6 +111,7 @@ pub(super) async fn create_route(
     cluster_name: &str,
     create: &RouteCreate,
     ops: &Semaphore,
+    calls: Calls,
 ) -> Result<(), CloudError> {
     let started = Instant::now();
     let Ok(_permit) = ops.acquire().await else {
@@ -97,7 +125,7 @@ pub(super) async fn create_route(
         .await;
     match &result {
         Ok(()) => {
-            tracing::info!(%node, %cidr, hint = %create.name_hint, after = ?started.elapsed(), "created route")
+            tracing::info!(%node, %cidr, hint = %create.name_hint, after = ?started.elapsed(), "{}", calls.created())
         }
         Err(error) => {
             tracing::warn!(%node, %cidr, hint = %create.name_hint, after = ?started.elapsed(), %error, "could not create route")
@@ -203,10 +231,53 @@ mod tests {
             ..RoutePlan::default()
         };
         let ops = Semaphore::new(DEFAULT_MAX_CONCURRENT_OPERATIONS);
-        let result = execute(&routes, "k", &plan, &ops).await;
+        let result = execute(&routes, "k", &plan, &ops, Calls::Sent).await;
         assert!(result.failed_creates.is_empty());
         assert_eq!(routes.calls.lock().unwrap().len(), 400);
         assert_eq!(routes.max_running.load(Ordering::SeqCst), 200);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn shadowed_calls_are_logged_as_not_sent() {
+        let plan = RoutePlan {
+            creates: vec![create("a")],
+            deletes: vec![delete("old-a")],
+            ..RoutePlan::default()
+        };
+        let log = ccm_testing::logging::record("info");
+        execute(
+            &SlowRoutes::default(),
+            "k",
+            &plan,
+            &Semaphore::new(200),
+            Calls::Shadowed,
+        )
+        .await;
+        assert!(
+            log.contains("shadow: would create route (not sent)"),
+            "{log:?}"
+        );
+        assert!(
+            log.contains("shadow: would delete route (not sent)"),
+            "{log:?}"
+        );
+        assert!(!log.contains("created route"), "{log:?}");
+        assert!(!log.contains("deleted route"), "{log:?}");
+        drop(log);
+        let log = ccm_testing::logging::record("info");
+        execute(
+            &SlowRoutes::default(),
+            "k",
+            &plan,
+            &Semaphore::new(200),
+            Calls::Sent,
+        )
+        .await;
+        assert!(
+            log.contains("created route") && log.contains("deleted route"),
+            "{log:?}"
+        );
+        assert!(!log.contains("would"), "{log:?}");
     }
 
     #[tokio::test(start_paused = true)]
@@ -218,7 +289,7 @@ mod tests {
             deletes_before_creates: true,
             ..RoutePlan::default()
         };
-        execute(&routes, "k", &plan, &Semaphore::new(200)).await;
+        execute(&routes, "k", &plan, &Semaphore::new(200), Calls::Sent).await;
         let calls = routes.calls.lock().unwrap().clone();
         assert!(
             calls[..2].iter().all(|c| c.starts_with("delete")),
@@ -235,7 +306,7 @@ mod tests {
             deletes_before_creates: false,
             ..plan
         };
-        execute(&routes, "k", &plan, &Semaphore::new(200)).await;
+        execute(&routes, "k", &plan, &Semaphore::new(200), Calls::Sent).await;
         assert_eq!(routes.max_running.load(Ordering::SeqCst), 4);
     }
 
@@ -250,7 +321,7 @@ mod tests {
             deletes: vec![delete("retry"), delete("fail"), delete("ok")],
             ..RoutePlan::default()
         };
-        let result = execute(&routes, "k", &plan, &Semaphore::new(200)).await;
+        let result = execute(&routes, "k", &plan, &Semaphore::new(200), Calls::Sent).await;
         assert_eq!(routes.calls.lock().unwrap().len(), 6);
         assert_eq!(result.failed_creates.len(), 1);
         let (c, e, took) = &result.failed_creates[0];

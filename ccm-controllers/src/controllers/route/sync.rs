@@ -18,7 +18,7 @@ use crate::machinery::events::EventRecorder;
 use crate::machinery::informer::{Change, Subscription};
 use crate::machinery::workqueue::{Activity, Outcome, WorkQueue};
 
-use super::cloud::{create_route, execute, failed_create_message};
+use super::cloud::{Calls, create_route, execute, failed_create_message};
 use super::metrics::RouteMetrics;
 use super::patch::{self, ConditionWrite};
 use super::plan::{DesiredCondition, NodeInfo, RouteCreate, RouteKey};
@@ -55,6 +55,15 @@ pub(super) struct Written {
 impl Reconciler {
     fn pending(&self) -> MutexGuard<'_, HashSet<RouteKey>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this controller's route calls reach the cloud (shadow mode: the guard keeps them).
+    fn calls(&self) -> Calls {
+        if self.ctx.is_shadow() {
+            Calls::Shadowed
+        } else {
+            Calls::Sent
+        }
     }
 
     /// One full reconcile (§5.3).
@@ -95,7 +104,7 @@ impl Reconciler {
             creates = plan.creates.len(),
             "route reconcile planned"
         );
-        let result = execute(routes, cluster_name, &plan, &self.ops).await;
+        let result = execute(routes, cluster_name, &plan, &self.ops, self.calls()).await;
 
         // Failed creates: an event (unless the provider asked for a retry), and a per-route retry.
         let mut failed: HashSet<RouteKey> = HashSet::new();
@@ -185,7 +194,15 @@ impl Reconciler {
             },
         };
         let started = Instant::now();
-        match create_route(routes, &self.ctx.cluster_name, &create, &self.ops).await {
+        match create_route(
+            routes,
+            &self.ctx.cluster_name,
+            &create,
+            &self.ops,
+            self.calls(),
+        )
+        .await
+        {
             Ok(()) => {
                 let others_pending = {
                     let mut pending = self.pending();
