@@ -1,7 +1,8 @@
 //! Scale scenarios of the aws provider over HTTP against a real moto server: the framework's
 //! controllers (ccm-testing's harness, in-process API server) with the provider, batch
 //! capabilities on and off, printing the provider calls the framework made (what its
-//! cloud-call budget counts) and the HTTP requests the SDK sent.
+//! cloud-call budget counts), the HTTP requests the SDK sent and, for the node scenarios, the
+//! Nodes of each `describe_instances` call.
 //!
 //! ```text
 //! cargo bench --manifest-path examples/aws-ccm/Cargo.toml --bench moto -- \
