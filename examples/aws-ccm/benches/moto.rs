@@ -1,7 +1,8 @@
 //! Scale scenarios of the aws provider over HTTP against a real moto server: the framework's
 //! controllers (ccm-testing's harness, in-process API server) with the provider, batch
 //! capabilities on and off, printing the provider calls the framework made (what its
-//! cloud-call budget counts) and the HTTP requests the SDK sent.
+//! cloud-call budget counts), the HTTP requests the SDK sent and, for the node scenarios, the
+//! Nodes of each `describe_instances` call.
 //!
 //! ```text
 //! cargo bench --manifest-path examples/aws-ccm/Cargo.toml --bench moto -- \
@@ -22,11 +23,13 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ccm_core::CloudProvider;
 use ccm_core::well_known::TAINT_UNINITIALIZED;
+use ccm_core::{
+    CloudProvider, CloudResult, InstanceAnswers, InstancesBatch, InstancesV2, async_trait,
+};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::harness::ControllerHarness;
@@ -106,6 +109,56 @@ async fn launch(world: &World, n: usize) -> Vec<aws_sdk_ec2::types::Instance> {
     all
 }
 
+/// The provider with its `describe_instances` calls recorded: how many Nodes each asked about
+/// (the framework's batching, seen from the provider).
+struct BatchSizes {
+    inner: Arc<aws_ccm::AwsCloud>,
+    sizes: Mutex<Vec<usize>>,
+}
+
+impl CloudProvider for BatchSizes {
+    fn provider_name(&self) -> &str {
+        self.inner.provider_name()
+    }
+    fn instances_v2(&self) -> Option<&dyn InstancesV2> {
+        self.inner.instances_v2()
+    }
+    fn instances_batch(&self) -> Option<&dyn InstancesBatch> {
+        self.inner
+            .instances_batch()
+            .map(|_| self as &dyn InstancesBatch)
+    }
+}
+
+#[async_trait]
+impl InstancesBatch for BatchSizes {
+    fn max_batch_size(&self) -> usize {
+        self.inner
+            .instances_batch()
+            .map_or(1, |b| b.max_batch_size())
+    }
+    async fn describe_instances(
+        &self,
+        nodes: &[Arc<ccm_core::Node>],
+    ) -> CloudResult<InstanceAnswers> {
+        self.sizes.lock().unwrap().push(nodes.len());
+        self.inner.describe_instances(nodes).await
+    }
+}
+
+/// `n calls: mean m, max x; in call order: [..]` of the recorded batch sizes.
+fn sizes_line(sizes: &[usize]) -> String {
+    if sizes.is_empty() {
+        return "no describe_instances calls".into();
+    }
+    let mean = sizes.iter().sum::<usize>() as f64 / sizes.len() as f64;
+    let max = sizes.iter().max().copied().unwrap_or(0);
+    format!(
+        "{} describe_instances calls: mean {mean:.1} Nodes, max {max}; in call order: {sizes:?}",
+        sizes.len()
+    )
+}
+
 async fn node_burst(n: usize, batch: bool, backlog: bool) {
     let world = World::with_options("bench-nodes", batch, 1).await;
     let instances = launch(&world, n).await;
@@ -125,7 +178,11 @@ async fn node_burst(n: usize, batch: bool, backlog: bool) {
     if backlog {
         register().await;
     }
-    let cloud: Arc<dyn CloudProvider> = world.cloud.clone();
+    let recorder = Arc::new(BatchSizes {
+        inner: world.cloud.clone(),
+        sizes: Mutex::default(),
+    });
+    let cloud: Arc<dyn CloudProvider> = recorder.clone();
     let (calls0, requests0) = (world.cloud.cloud_calls(), world.cloud.requests());
     let start = Instant::now();
     let harness = ControllerHarness::builder(&cluster, cloud)
@@ -171,6 +228,7 @@ async fn node_burst(n: usize, batch: bool, backlog: bool) {
         requests as f64 / n as f64,
         elapsed.as_secs_f64()
     );
+    println!("  {}", sizes_line(&recorder.sizes.lock().unwrap()));
     harness.stop().await.unwrap();
 }
 

@@ -60,7 +60,8 @@ const STALE_COPY_RECHECK: Duration = Duration::from_secs(2);
 
 /// With a batching provider, how long the first Node of an initialisation burst waits for
 /// others to be looked up in the same `describe_instances` call (a call goes out earlier when
-/// `max_batch_size` Nodes are waiting).
+/// `max_batch_size` Nodes are waiting, and later while the coalescer's calls are all in
+/// flight: then the batch grows until one answers).
 pub(crate) const INIT_BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

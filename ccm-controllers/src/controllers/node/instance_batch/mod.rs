@@ -7,7 +7,8 @@
 //! - [`describe_all`]: a known set of Nodes (the periodic address refresh, one monitor pass of
 //!   the lifecycle controller), split into calls of at most `max_batch_size` Nodes;
 //! - [`Coalescer`]: Nodes that arrive one by one (initialisation by the queue's workers): the
-//!   lookups asked within [`Coalescer`]'s window go out together.
+//!   lookups asked within [`Coalescer`]'s window, or while its calls are in flight, go out
+//!   together.
 //!
 //! The per-Node reading of an answer, and the contract's rules, are in [`plan`].
 
@@ -20,7 +21,8 @@ use std::time::Duration;
 
 use ccm_core::{CloudError, CloudProvider, Node};
 use futures::{Stream, StreamExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::plan::{Lookup, copy_lookup, distribute, group};
@@ -135,16 +137,31 @@ pub(crate) async fn describe_all(
     Some(answers)
 }
 
+/// `describe_instances` calls of a [`Coalescer`] in flight at once. While that many are out,
+/// new lookups gather in the next batch, which goes out as soon as one of them answers (group
+/// commit): the batch grows with the cloud's latency, so a slow cloud gets fewer and larger
+/// calls, while a quiet system still answers after one window.
+///
+/// Two rather than one so that one slow or hanging call does not hold every initialisation:
+/// the other permit keeps serving. A stuck call keeps its permit until the budget's per-call
+/// timeout (`--cloud-api-timeout`, default 30 s) drops it, or, with that timeout off, until the
+/// provider's own (its SDK's) timeout fails it.
+const COALESCER_CALLS_IN_FLIGHT: usize = 2;
+
 struct Request {
     node: Arc<Node>,
     reply: oneshot::Sender<Lookup>,
+    /// When the lookup was asked: a batch's window starts at its first lookup's arrival, also
+    /// when that lookup waited in the channel behind a full batch.
+    arrived: Instant,
 }
 
 /// Groups lookups that arrive one by one (e.g. from the cloud-node controller's workers) into
-/// `describe_instances` calls: a call goes out when `max_batch_size` lookups are waiting, or
-/// `window` after the first of them. Calls run concurrently (the cloud-call budget limits
-/// their rate). Once a call answers `NotImplemented`, every later lookup answers
-/// [`Lookup::Unsupported`] at once.
+/// `describe_instances` calls. A batch goes out when `window` has passed since its first
+/// lookup, or at once when `max_batch_size` Nodes are waiting, and in both cases only when
+/// fewer than [`COALESCER_CALLS_IN_FLIGHT`] calls are out; lookups arriving meanwhile join
+/// it (up to `max_batch_size`; later ones wait for the next batch). Once a call answers
+/// `NotImplemented`, every later lookup answers [`Lookup::Unsupported`] at once.
 pub(crate) struct Coalescer {
     requests: mpsc::UnboundedSender<Request>,
     unsupported: Arc<AtomicBool>,
@@ -177,11 +194,55 @@ impl Coalescer {
             return Lookup::Unsupported;
         }
         let (reply, answer) = oneshot::channel();
-        if self.requests.send(Request { node, reply }).is_err() {
+        let request = Request {
+            node,
+            reply,
+            arrived: Instant::now(),
+        };
+        if self.requests.send(request).is_err() {
             return Lookup::Unsupported;
         }
         answer.await.unwrap_or(Lookup::Unsupported)
     }
+}
+
+/// The lookups waiting for the next call of a [`Coalescer`].
+#[derive(Default)]
+struct Batch {
+    /// The arrival of its first lookup (`None`: empty).
+    since: Option<Instant>,
+    /// The Nodes to ask about, each name once.
+    nodes: Vec<Arc<Node>>,
+    /// Who waits for each Node's answer (a Node asked twice has two waiters).
+    waiting: HashMap<String, Vec<oneshot::Sender<Lookup>>>,
+}
+
+impl Batch {
+    fn add(&mut self, request: Request) {
+        self.since.get_or_insert(request.arrived);
+        let waiters = self.waiting.entry(node_name(&request.node)).or_default();
+        if waiters.is_empty() {
+            self.nodes.push(request.node);
+        }
+        waiters.push(request.reply);
+    }
+}
+
+/// Resolves with a call permit once a batch whose first lookup arrived at `since` may go out:
+/// its window has passed (or it is `full`) and a permit is free. Never, for an empty batch.
+async fn ready(
+    since: Option<Instant>,
+    full: bool,
+    window: Duration,
+    permits: Arc<Semaphore>,
+) -> Option<OwnedSemaphorePermit> {
+    let Some(since) = since else {
+        return std::future::pending().await;
+    };
+    if !full {
+        tokio::time::sleep_until(since + window).await;
+    }
+    permits.acquire_owned().await.ok()
 }
 
 /// The grouping task of a [`Coalescer`].
@@ -192,57 +253,72 @@ async fn collect(
     mut requests: mpsc::UnboundedReceiver<Request>,
     unsupported: Arc<AtomicBool>,
 ) {
+    let permits = Arc::new(Semaphore::new(COALESCER_CALLS_IN_FLIGHT));
+    let mut batch = Batch::default();
     loop {
-        let first = tokio::select! {
-            () = shutdown.cancelled() => break,
-            request = requests.recv() => match request {
-                Some(r) => r,
-                None => break,
-            },
-        };
         let max = cloud
             .instances_batch()
             .map_or(1, |b| b.max_batch_size().max(1));
-        let deadline = tokio::time::Instant::now() + window;
-        let mut waiting: HashMap<String, Vec<oneshot::Sender<Lookup>>> = HashMap::new();
-        let mut nodes = Vec::new();
-        let mut next = Some(first);
-        while let Some(request) = next.take() {
-            let waiters = waiting.entry(node_name(&request.node)).or_default();
-            if waiters.is_empty() {
-                nodes.push(request.node);
-            }
-            waiters.push(request.reply);
-            if nodes.len() < max
-                && let Ok(Some(request)) = tokio::time::timeout_at(deadline, requests.recv()).await
-            {
-                next = Some(request);
+        let full = batch.nodes.len() >= max;
+        // Biased: lookups already asked join the batch before it goes (up to `max`).
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            request = requests.recv(), if !full => match request {
+                Some(request) => batch.add(request),
+                None => break,
+            },
+            permit = ready(batch.since, full, window, permits.clone()) => {
+                let Some(permit) = permit else { break };
+                let batch = std::mem::take(&mut batch);
+                tokio::spawn(call(
+                    cloud.clone(),
+                    batch,
+                    permit,
+                    shutdown.clone(),
+                    unsupported.clone(),
+                ));
             }
         }
-        let (cloud, shutdown, unsupported) = (cloud.clone(), shutdown.clone(), unsupported.clone());
-        tokio::spawn(async move {
-            // A whole-call Retry is not retried here: every Node of the call gets it, and the
-            // controller requeues them all after its delay (they come back together).
-            for (name, lookup) in describe(cloud.as_ref(), &nodes, 0, &shutdown).await {
-                if matches!(lookup, Lookup::Unsupported)
-                    && !unsupported.swap(true, Ordering::Relaxed)
-                {
-                    tracing::info!(
-                        "describe_instances answered NotImplemented: looking Nodes up one by one"
-                    );
-                }
-                let Some(mut waiters) = waiting.remove(&name) else {
-                    continue;
-                };
-                let last = waiters.pop();
-                for waiter in waiters {
-                    let _ = waiter.send(copy_lookup(&lookup));
-                }
-                if let Some(waiter) = last {
-                    let _ = waiter.send(lookup);
-                }
-            }
-        });
+    }
+}
+
+/// One call of a [`Coalescer`] for `batch`, holding `permit` until the provider answers.
+async fn call(
+    cloud: Arc<dyn CloudProvider>,
+    batch: Batch,
+    permit: OwnedSemaphorePermit,
+    shutdown: CancellationToken,
+    unsupported: Arc<AtomicBool>,
+) {
+    let Batch {
+        nodes, mut waiting, ..
+    } = batch;
+    // A whole-call Retry is not retried here: every Node of the call gets it, and the
+    // controller requeues them all after its delay (they come back together).
+    let answers = if unsupported.load(Ordering::Relaxed) {
+        let names: Vec<String> = nodes.iter().map(|n| node_name(n)).collect();
+        distribute(&names, Err(CloudError::NotImplemented))
+    } else {
+        describe(cloud.as_ref(), &nodes, 0, &shutdown).await
+    };
+    drop(permit);
+    for (name, lookup) in answers {
+        if matches!(lookup, Lookup::Unsupported) && !unsupported.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "describe_instances answered NotImplemented: looking Nodes up one by one"
+            );
+        }
+        let Some(mut waiters) = waiting.remove(&name) else {
+            continue;
+        };
+        let last = waiters.pop();
+        for waiter in waiters {
+            let _ = waiter.send(copy_lookup(&lookup));
+        }
+        if let Some(waiter) = last {
+            let _ = waiter.send(lookup);
+        }
     }
 }
 
