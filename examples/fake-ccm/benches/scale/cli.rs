@@ -107,6 +107,11 @@ pub(crate) struct Cli {
     /// JSON each). Fewer let the in-process API server hold 100,000 Nodes in less memory.
     #[arg(long, default_value_t = 40)]
     pub(crate) images: usize,
+    /// failover: the Lease's duration in seconds (renew deadline two thirds of it, retry
+    /// period 2/15, as Go's 15 s / 10 s / 2 s). At 100,000 Nodes a 3 s renew deadline is too
+    /// short for a leader busy with its start-up on two cores.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) lease_duration: u64,
     /// Keep every request's body in the in-process API server's request log (node-ipam always
     /// does; off otherwise: at 100,000 Nodes the bodies alone took gigabytes of the harness).
     #[arg(long)]
@@ -142,6 +147,7 @@ pub(crate) struct Opts {
     pub(crate) node_cidr_mask_size: u8,
     pub(crate) images: usize,
     pub(crate) record_bodies: bool,
+    pub(crate) lease_duration: u64,
 }
 
 impl Opts {
@@ -180,6 +186,7 @@ impl Opts {
             node_cidr_mask_size: c.node_cidr_mask_size,
             images: c.images,
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
+            lease_duration: c.lease_duration.max(2),
         }
     }
 
@@ -201,6 +208,7 @@ impl Opts {
             }
             Scenario::Failover => {
                 m.insert("services".into(), json!(self.services));
+                m.insert("lease_duration_s".into(), json!(self.lease_duration));
             }
             Scenario::Floor => {
                 m.remove("latency_ms");

@@ -29,13 +29,19 @@ use crate::environment::{Env, Progress, Shared, create_nodes, create_services, o
 use crate::objects::NodeKind;
 use crate::report::{Report, request_counts, writes};
 
-/// Lease timing of both replicas: short, so the takeover does not wait Go's 15 s default.
-pub(crate) const LEASE_ARGS: [&str; 4] = [
-    "--leader-elect=true",
-    "--leader-elect-lease-duration=4s",
-    "--leader-elect-renew-deadline=3s",
-    "--leader-elect-retry-period=1s",
-];
+/// Leader-election flags of both replicas for a lease of `lease_s` seconds, with Go's ratios
+/// (15 s, 10 s, 2 s): the renew deadline two thirds of it, the retry period 2/15 (at least 1 s).
+/// Short by default (4 s, 3 s, 1 s), so the takeover does not wait 15 s.
+pub(crate) fn lease_args(lease_s: u64) -> Vec<String> {
+    let renew = (lease_s * 2).div_ceil(3).max(1);
+    let retry = ((lease_s * 2 + 7) / 15).max(1);
+    vec![
+        "--leader-elect=true".to_owned(),
+        format!("--leader-elect-lease-duration={lease_s}s"),
+        format!("--leader-elect-renew-deadline={renew}s"),
+        format!("--leader-elect-retry-period={retry}s"),
+    ]
+}
 
 /// B's first minute as leader, as the issue counts its requests and calls.
 const FIRST_MINUTE: Duration = Duration::from_secs(60);
@@ -148,22 +154,33 @@ async fn logged_after(
 }
 
 /// Waits until `ccm` made no cloud call for `quiet` (at most `timeout`); whether it did. API
-/// requests do not count: a leader renews its Lease every retry period.
-async fn settle(ccm: &Ccm, quiet: Duration, timeout: Duration) -> bool {
+/// requests do not count: a leader renews its Lease every retry period. `Err` with its exit
+/// status when the process ended (a lost Lease ends it).
+async fn settle(
+    ccm: &mut Ccm,
+    quiet: Duration,
+    timeout: Duration,
+) -> Result<bool, std::process::ExitStatus> {
     let mut last = BTreeMap::new();
     let mut since = Instant::now();
     let deadline = Instant::now() + timeout;
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = ccm.metrics().await.cloud_calls();
+        if let Ok(Some(status)) = ccm.child.try_wait() {
+            return Err(status);
+        }
+        let Ok(text) = ccm.get("/metrics").await else {
+            continue;
+        };
+        let now = Metrics::parse(&text).cloud_calls();
         if now != last {
             last = now;
             since = Instant::now();
         } else if since.elapsed() >= quiet {
-            return true;
+            return Ok(true);
         }
         if Instant::now() > deadline {
-            return false;
+            return Ok(false);
         }
     }
 }
@@ -206,13 +223,14 @@ pub(crate) async fn failover(env: &Env, opts: &Opts) -> Report {
         setup.elapsed(),
     );
     let mut ha = opts.clone();
-    ha.ccm_args.extend(LEASE_ARGS.iter().map(|a| a.to_string()));
+    let lease = lease_args(opts.lease_duration);
+    ha.ccm_args.extend(lease.iter().cloned());
     report
         .notes
-        .push(format!("both replicas run with {}", LEASE_ARGS.join(" ")));
+        .push(format!("both replicas run with {}", lease.join(" ")));
 
     // Replica A leads, lists everything and settles.
-    let a = Ccm::start_named(env, &ha, false, "", "-a").await;
+    let mut a = Ccm::start_named(env, &ha, false, "", "-a").await;
     {
         let _p = Progress::start("replica A", || "leading, syncing, settling".into());
         let synced = logged_after(
@@ -222,12 +240,31 @@ pub(crate) async fn failover(env: &Env, opts: &Opts) -> Report {
             opts.timeout,
         )
         .await;
-        assert!(synced.is_some(), "replica A never synced");
-        let quiet = settle(&a, Duration::from_secs(15), opts.timeout).await;
-        if !quiet {
-            report
+        if synced.is_none() {
+            report.notes.push(format!(
+                "replica A never synced within {:?}; log {}",
+                opts.timeout,
+                a.log.display()
+            ));
+            return report;
+        }
+        match settle(&mut a, Duration::from_secs(15), opts.timeout).await {
+            Ok(true) => {}
+            Ok(false) => report
                 .notes
-                .push("replica A did not go quiet; the failover was measured anyway".into());
+                .push("replica A did not go quiet; the failover was measured anyway".into()),
+            Err(status) => {
+                let lost = a
+                    .logged_at("leaderelection lost")
+                    .map(|t| format!(" (its log: leaderelection lost at {t})"))
+                    .unwrap_or_default();
+                report.notes.push(format!(
+                    "replica A exited with {status} before it settled{lost}; nothing to fail \
+                     over from, log {}",
+                    a.log.display()
+                ));
+                return report;
+            }
         }
     }
     let a_proc = a.proc();
@@ -263,7 +300,6 @@ pub(crate) async fn failover(env: &Env, opts: &Opts) -> Report {
 
     // A dies.
     env.clear_requests();
-    let mut a = a;
     let killed_at = jiff::Timestamp::now();
     let killed = Instant::now();
     a.child.start_kill().unwrap();
