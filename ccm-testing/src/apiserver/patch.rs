@@ -210,7 +210,7 @@ fn merge_list(
 ///
 /// Simplification: lists are owned as a whole (kube-apiserver tracks keyed list items
 /// separately), and the subresource of a write is not recorded.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ManagedFields {
     /// Key: `(manager, operation)` where operation is `Apply` or `Update`.
     owners: BTreeMap<(String, &'static str), BTreeSet<String>>,
@@ -382,6 +382,56 @@ impl ManagedFields {
             })
             .collect();
         Value::Array(entries)
+    }
+
+    /// Reads back what [`to_json`](Self::to_json) wrote: the store keeps field ownership
+    /// only inside the stored object's text. `None` when `json` is not such a list (then the
+    /// store keeps the `ManagedFields` themselves).
+    pub(crate) fn from_json(json: Option<&Value>) -> Option<ManagedFields> {
+        fn paths(node: &Map<String, Value>, prefix: &str, out: &mut BTreeSet<String>) -> bool {
+            for (k, child) in node {
+                let Some(part) = k.strip_prefix("f:") else {
+                    return false;
+                };
+                let path = format!("{prefix}.{part}");
+                match child.as_object() {
+                    Some(m) if m.is_empty() => {
+                        out.insert(path);
+                    }
+                    Some(m) => {
+                        if !paths(m, &path, out) {
+                            return false;
+                        }
+                    }
+                    None => return false,
+                }
+            }
+            true
+        }
+        let mut out = ManagedFields::default();
+        let Some(entries) = json else {
+            return Some(out);
+        };
+        for entry in entries.as_array()? {
+            let manager = entry.get("manager")?.as_str()?.to_string();
+            let operation = match entry.get("operation")?.as_str()? {
+                "Apply" => "Apply",
+                "Update" => "Update",
+                _ => return None,
+            };
+            let time = entry.get("time")?.as_str()?.to_string();
+            let mut set = BTreeSet::new();
+            if !paths(entry.get("fieldsV1")?.as_object()?, "", &mut set) {
+                return None;
+            }
+            let key = (manager, operation);
+            if out.owners.contains_key(&key) {
+                return None;
+            }
+            out.times.insert(key.clone(), time);
+            out.owners.insert(key, set);
+        }
+        Some(out)
     }
 
     /// Server-side apply of `applied` by `manager` onto `current` (None: the object is new).

@@ -136,7 +136,7 @@ fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
 }
 
 /// The rules of the role a binding refers to (`namespace` is the binding's, for Roles).
-fn role_rules<'a>(state: &'a State, binding: &Value, namespace: &str) -> Vec<&'a Value> {
+fn role_rules(state: &State, binding: &Value, namespace: &str) -> Vec<Value> {
     let kind = binding
         .pointer("/roleRef/kind")
         .and_then(Value::as_str)
@@ -153,11 +153,9 @@ fn role_rules<'a>(state: &'a State, binding: &Value, namespace: &str) -> Vec<&'a
     state
         .stored_objects(storage)
         .filter(|r| meta_str(r, "name") == name && meta_str(r, "namespace") == ns)
-        .flat_map(|r| {
-            r.get("rules")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().collect::<Vec<_>>())
-                .unwrap_or_default()
+        .flat_map(|mut r| match r.get_mut("rules").map(Value::take) {
+            Some(Value::Array(rules)) => rules,
+            _ => Vec::new(),
         })
         .collect()
 }
@@ -182,7 +180,7 @@ pub(crate) fn allows(state: &State, who: &Identity, a: &Attributes) -> bool {
     let cluster_wide = state
         .stored_objects("clusterrolebindings")
         .filter(|b| bound(b, ""))
-        .any(|b| role_rules(state, b, "").iter().any(|r| rule_allows(r, a)));
+        .any(|b| role_rules(state, &b, "").iter().any(|r| rule_allows(r, a)));
     if cluster_wide {
         return true;
     }
@@ -192,7 +190,7 @@ pub(crate) fn allows(state: &State, who: &Identity, a: &Attributes) -> bool {
     state
         .stored_objects("rolebindings")
         .filter(|b| meta_str(b, "namespace") == ns && bound(b, ns))
-        .any(|b| role_rules(state, b, ns).iter().any(|r| rule_allows(r, a)))
+        .any(|b| role_rules(state, &b, ns).iter().any(|r| rule_allows(r, a)))
 }
 
 /// kube-apiserver's `403` message for a denied request.

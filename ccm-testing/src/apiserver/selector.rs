@@ -90,9 +90,8 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
-    pub(crate) fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels");
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    /// Matches the labels `label` looks up (key to value).
+    pub(crate) fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
             LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
@@ -108,35 +107,62 @@ impl LabelSelector {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct FieldSelector(Vec<(String, bool, String)>);
 
-/// The JSON pointer of a selectable field, per resource (the fields kube-apiserver indexes).
-fn field_pointer(info: &ResourceInfo, field: &str) -> Option<&'static str> {
-    let common = match field {
-        "metadata.name" => Some("/metadata/name"),
-        "metadata.namespace" => Some("/metadata/namespace"),
-        _ => None,
-    };
-    if common.is_some() {
-        return common;
+/// The fields kube-apiserver indexes for field selectors besides `metadata.name` and
+/// `metadata.namespace`, per storage: (field label, JSON pointer in the stored form).
+pub(crate) fn selectable_fields(storage: &str) -> &'static [(&'static str, &'static str)] {
+    match storage {
+        "nodes" => &[("spec.unschedulable", "/spec/unschedulable")],
+        "services" => &[
+            ("spec.clusterIP", "/spec/clusterIP"),
+            ("spec.type", "/spec/type"),
+        ],
+        "secrets" => &[("type", "/type")],
+        "namespaces" => &[("status.phase", "/status/phase")],
+        "events" => &[
+            ("involvedObject.kind", "/involvedObject/kind"),
+            ("involvedObject.namespace", "/involvedObject/namespace"),
+            ("involvedObject.name", "/involvedObject/name"),
+            ("involvedObject.uid", "/involvedObject/uid"),
+            ("involvedObject.apiVersion", "/involvedObject/apiVersion"),
+            (
+                "involvedObject.resourceVersion",
+                "/involvedObject/resourceVersion",
+            ),
+            ("involvedObject.fieldPath", "/involvedObject/fieldPath"),
+            ("reason", "/reason"),
+            ("reportingComponent", "/reportingComponent"),
+            ("type", "/type"),
+            ("source", "/source/component"),
+        ],
+        _ => &[],
     }
-    match (info.storage, field) {
-        ("nodes", "spec.unschedulable") => Some("/spec/unschedulable"),
-        ("services", "spec.clusterIP") => Some("/spec/clusterIP"),
-        ("services", "spec.type") => Some("/spec/type"),
-        ("secrets", "type") => Some("/type"),
-        ("namespaces", "status.phase") => Some("/status/phase"),
-        ("events", "involvedObject.kind") => Some("/involvedObject/kind"),
-        ("events", "involvedObject.namespace") => Some("/involvedObject/namespace"),
-        ("events", "involvedObject.name") => Some("/involvedObject/name"),
-        ("events", "involvedObject.uid") => Some("/involvedObject/uid"),
-        ("events", "involvedObject.apiVersion") => Some("/involvedObject/apiVersion"),
-        ("events", "involvedObject.resourceVersion") => Some("/involvedObject/resourceVersion"),
-        ("events", "involvedObject.fieldPath") => Some("/involvedObject/fieldPath"),
-        ("events", "reason") => Some("/reason"),
-        ("events", "reportingComponent") => Some("/reportingComponent"),
-        ("events", "type") => Some("/type"),
-        ("events", "source") => Some("/source/component"),
-        _ => None,
-    }
+}
+
+/// Whether `field` may be selected on in `info`'s storage.
+fn selectable(info: &ResourceInfo, field: &str) -> bool {
+    matches!(field, "metadata.name" | "metadata.namespace")
+        || selectable_fields(info.storage)
+            .iter()
+            .any(|(label, _)| *label == field)
+}
+
+/// The value a field selector compares for the field at `pointer` of a stored object: a
+/// string as is, `null` or a missing field as empty (`spec.unschedulable`: `false`), anything
+/// else as its JSON text.
+pub(crate) fn field_value(obj: &Value, label: &str, pointer: &str) -> String {
+    obj.pointer(pointer)
+        .map(|x| match x {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        })
+        .unwrap_or_else(|| {
+            if label == "spec.unschedulable" {
+                "false".to_string()
+            } else {
+                String::new()
+            }
+        })
 }
 
 /// events.k8s.io/v1 field labels mapped onto the core Event fields they are stored as.
@@ -178,7 +204,7 @@ impl FieldSelector {
                 )));
             };
             let k = events_v1_field(info, k.trim());
-            if field_pointer(info, k).is_none() {
+            if !selectable(info, k) {
                 return Err(ApiError::bad_request(format!(
                     "field label not supported: {k}"
                 )));
@@ -188,24 +214,11 @@ impl FieldSelector {
         Ok(FieldSelector(reqs))
     }
 
-    /// Matches against the stored (core) representation.
-    pub(crate) fn matches(&self, info: &ResourceInfo, obj: &Value) -> bool {
-        self.0.iter().all(|(k, eq, v)| {
-            let actual = field_pointer(info, k)
-                .and_then(|p| obj.pointer(p))
-                .map(|x| match x {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                })
-                .unwrap_or_else(|| {
-                    if k == "spec.unschedulable" {
-                        "false".to_string()
-                    } else {
-                        String::new()
-                    }
-                });
-            (actual == *v) == *eq
-        })
+    /// Matches the values `field` gives for each selected field label (the stored form's,
+    /// see [`field_value`]).
+    pub(crate) fn matches<'a>(&self, field: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.0
+            .iter()
+            .all(|(k, eq, v)| (field(k).unwrap_or_default() == v) == *eq)
     }
 }

@@ -13,4 +13,5 @@ mod patches;
 mod protocol;
 mod reviews;
 mod runtime;
+mod storage;
 mod support;

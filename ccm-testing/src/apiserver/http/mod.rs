@@ -27,7 +27,8 @@ use auth::{authenticate, token_request};
 use discovery::{discovery_groups, discovery_resources};
 pub(crate) use responses::injected_error;
 use responses::{
-    error_response, json_response, metadata_only, not_served, to_partial, to_partial_list,
+    error_response, json_response, list_response, metadata_only, not_served, text_response,
+    to_partial,
 };
 use watch::{watch_error_response, watch_response};
 
@@ -384,8 +385,11 @@ async fn serve(
             watch_response(inner, info, ns, opts, query, meta_only)
         }
         ("GET", Some(name)) => {
-            let obj = inner.state().get(info, ns, name)?;
-            Ok(json_response(200, &shape(obj)))
+            let obj = inner.state().get_shared(info, ns, name)?;
+            if meta_only {
+                return Ok(json_response(200, &to_partial(&obj.presented_value(info))));
+            }
+            Ok(text_response(200, obj.presented(info).into_owned()))
         }
         ("GET", None) => {
             let opts = list_options(info, query)?;
@@ -432,15 +436,8 @@ async fn serve(
                 }
                 _ => {}
             }
-            let list = inner.state().list(info, ns, &opts)?;
-            Ok(json_response(
-                200,
-                &if meta_only {
-                    to_partial_list(&list)
-                } else {
-                    list
-                },
-            ))
+            let page = inner.state().list(info, ns, &opts)?;
+            Ok(list_response(info, page, meta_only))
         }
         ("POST", None) => {
             let obj = parse_body(body, false)?;

@@ -17,8 +17,15 @@ use tokio::time::Instant;
 use super::responses::to_partial;
 use crate::apiserver::Inner;
 use crate::apiserver::resources::ResourceInfo;
-use crate::apiserver::state::{Change, ListOptions, change_kind, filter_change};
+use crate::apiserver::state::{Change, EventType, ListOptions, StoredObject, change_kind};
 use crate::apiserver::status::ApiError;
+
+/// What a watch sends before its live changes: its initial events, one line at a time from
+/// the shared objects, then (`sendInitialEvents`) the end-of-initial-events bookmark.
+enum Queued {
+    Event(EventType, Arc<StoredObject>),
+    InitialEventsEnd,
+}
 
 /// Per-watch state for the response stream.
 struct WatchStream {
@@ -28,7 +35,7 @@ struct WatchStream {
     opts: ListOptions,
     rx: tokio::sync::broadcast::Receiver<Arc<Change>>,
     close_rx: tokio::sync::watch::Receiver<u64>,
-    queue: VecDeque<Value>,
+    queue: VecDeque<Queued>,
     deadline: Instant,
     bookmarks: bool,
     next_bookmark: Instant,
@@ -55,6 +62,17 @@ impl WatchStream {
         Bytes::from(s)
     }
 
+    /// An event about `obj`: its text as stored for every full-object watch of a resource
+    /// that presents the stored form (one copy into the line, no serialisation).
+    fn event(&self, ty: EventType, obj: &StoredObject) -> Bytes {
+        if self.meta_only {
+            return self.line(ty.as_str(), obj.presented_value(self.info));
+        }
+        let object = obj.presented(self.info);
+        let ty = ty.as_str();
+        Bytes::from(format!("{{\"type\":\"{ty}\",\"object\":{object}}}\n"))
+    }
+
     fn bookmark(&self, annotations: Option<Value>) -> Bytes {
         let mut meta = json!({ "resourceVersion": self.last_rv.to_string() });
         if let Some(a) = annotations {
@@ -67,18 +85,12 @@ impl WatchStream {
     }
 
     async fn next_line(&mut self) -> Option<Bytes> {
-        if let Some(v) = self.queue.pop_front() {
-            let ty = v
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("ADDED")
-                .to_string();
-            let obj = v.get("object").cloned().unwrap_or(Value::Null);
-            if ty == "BOOKMARK" {
-                let ann = obj.pointer("/metadata/annotations").cloned();
-                return Some(self.bookmark(ann));
+        match self.queue.pop_front() {
+            Some(Queued::Event(ty, obj)) => return Some(self.event(ty, &obj)),
+            Some(Queued::InitialEventsEnd) => {
+                return Some(self.bookmark(Some(json!({ "k8s.io/initial-events-end": "true" }))));
             }
-            return Some(self.line(&ty, obj));
+            None => {}
         }
         if self.done {
             return None;
@@ -108,14 +120,8 @@ impl WatchStream {
                         let Some(ty) = change_kind(self.info, self.ns.as_deref(), &self.opts, &change) else {
                             continue;
                         };
-                        // Serialized once per change for every full-object watch.
-                        if !self.meta_only && let Some(object) = change.encoded_for(self.info) {
-                            let ty = ty.as_str();
-                            return Some(Bytes::from(format!("{{\"type\":\"{ty}\",\"object\":{object}}}\n")));
-                        }
-                        if let Some((ty, obj)) = filter_change(self.info, self.ns.as_deref(), &self.opts, &change) {
-                            return Some(self.line(ty.as_str(), obj));
-                        }
+                        // The text was serialised once, when the object was written.
+                        return Some(self.event(ty, &change.object));
                     }
                     Err(RecvError::Lagged(_)) => {
                         self.done = true;
@@ -181,14 +187,9 @@ pub(super) fn watch_response(
     let mut queue = VecDeque::new();
     let (rx, start_rv) = match watched {
         Ok((initial, rx, start_rv)) => {
-            for (ty, obj, _) in initial {
-                queue.push_back(json!({ "type": ty.as_str(), "object": obj }));
-            }
+            queue.extend(initial.into_iter().map(|(ty, obj)| Queued::Event(ty, obj)));
             if send_initial && bookmarks {
-                queue.push_back(json!({
-                    "type": "BOOKMARK",
-                    "object": { "metadata": { "annotations": { "k8s.io/initial-events-end": "true" } } }
-                }));
+                queue.push_back(Queued::InitialEventsEnd);
             }
             (rx, start_rv)
         }

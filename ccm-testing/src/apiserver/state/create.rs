@@ -5,8 +5,8 @@ use rand::Rng;
 use serde_json::{Value, json};
 
 use super::{
-    Change, EventType, State, Stored, WriteResult, check_type_meta, meta_mut, meta_str,
-    now_rfc3339, set_rv, validate, with_type_meta,
+    EventType, State, Stored, StoredObject, WriteResult, check_type_meta, into_presented, meta_mut,
+    meta_str, now_rfc3339, set_rv, validate,
 };
 use crate::apiserver::patch::ManagedFields;
 use crate::apiserver::resources::ResourceInfo;
@@ -134,30 +134,18 @@ impl State {
         if dry_run {
             set_rv(&mut stored, self.rv);
             return Ok(WriteResult {
-                object: with_type_meta(info, info.present(&stored)),
+                object: into_presented(info, stored),
                 created: true,
             });
         }
         let rv = self.next_rv();
         set_rv(&mut stored, rv);
-        self.store(info).insert(
-            key,
-            Stored {
-                obj: stored.clone(),
-                managed,
-            },
-        );
-        self.emit(Change {
-            encoded: Default::default(),
-            rv,
-            storage: info.storage,
-            namespace: ns,
-            kind: EventType::Added,
-            object: stored.clone(),
-            old: None,
-        });
+        let object = StoredObject::new(info.storage, &key.0, &key.1, &stored);
+        let entry = Stored::new(object.clone(), &stored, managed);
+        self.store(info).insert(key, entry);
+        self.emit(EventType::Added, object, None);
         Ok(WriteResult {
-            object: with_type_meta(info, info.present(&stored)),
+            object: into_presented(info, stored),
             created: true,
         })
     }

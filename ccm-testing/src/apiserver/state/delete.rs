@@ -4,8 +4,8 @@ use serde_json::{Value, json};
 
 use super::namespaces::spec_finalizers;
 use super::{
-    Change, EventType, ListOptions, State, finalizers, meta, meta_mut, meta_str, now_rfc3339,
-    set_rv, with_type_meta,
+    EventType, ListOptions, State, StoredObject, finalizers, into_presented, meta, meta_mut,
+    meta_str, now_rfc3339, set_rv,
 };
 use crate::apiserver::resources::ResourceInfo;
 use crate::apiserver::status::ApiError;
@@ -22,10 +22,10 @@ impl State {
         dry_run: bool,
     ) -> Result<(Value, bool), ApiError> {
         let key = (ns.unwrap_or_default().to_string(), name.to_string());
-        let Some(stored) = self.store(info).get(&key).cloned() else {
+        let Some(stored) = self.store(info).get(&key).map(|s| s.obj.clone()) else {
             return Err(ApiError::not_found(info, name));
         };
-        let obj = stored.obj;
+        let obj = stored.value();
         if info.storage == "namespaces"
             && self.admission.namespace_lifecycle
             && validation::IMMORTAL_NAMESPACES.contains(&name)
@@ -60,7 +60,7 @@ impl State {
             }
         }
         if dry_run {
-            return Ok((with_type_meta(info, info.present(&obj)), false));
+            return Ok((into_presented(info, obj), false));
         }
         let is_namespace = info.storage == "namespaces";
         let terminating = meta(&obj).is_some_and(|m| m.contains_key("deletionTimestamp"));
@@ -70,7 +70,7 @@ impl State {
             || (is_namespace && (!terminating || !spec_finalizers(&obj).is_empty()));
         if held {
             if terminating {
-                return Ok((with_type_meta(info, info.present(&obj)), false));
+                return Ok((into_presented(info, obj), false));
             }
             let mut new = obj.clone();
             {
@@ -83,34 +83,21 @@ impl State {
             }
             let rv = self.next_rv();
             set_rv(&mut new, rv);
+            let object = StoredObject::new(info.storage, &key.0, &key.1, &new);
             if let Some(s) = self.store(info).get_mut(&key) {
-                s.obj = new.clone();
+                // The managedFields in the text are unchanged: what `s.managed` says holds.
+                s.obj = object.clone();
             }
-            self.emit(Change {
-                encoded: Default::default(),
-                rv,
-                storage: info.storage,
-                namespace: key.0.clone(),
-                kind: EventType::Modified,
-                object: new.clone(),
-                old: Some(obj),
-            });
-            return Ok((with_type_meta(info, info.present(&new)), false));
+            self.emit(EventType::Modified, object, Some(stored));
+            return Ok((into_presented(info, new), false));
         }
         let rv = self.next_rv();
-        let mut gone = obj.clone();
+        let mut gone = obj;
         set_rv(&mut gone, rv);
         self.store(info).remove(&key);
-        self.emit(Change {
-            encoded: Default::default(),
-            rv,
-            storage: info.storage,
-            namespace: key.0.clone(),
-            kind: EventType::Deleted,
-            object: gone.clone(),
-            old: Some(obj),
-        });
-        Ok((with_type_meta(info, info.present(&gone)), true))
+        let object = StoredObject::new(info.storage, &key.0, &key.1, &gone);
+        self.emit(EventType::Deleted, object, Some(stored));
+        Ok((into_presented(info, gone), true))
     }
 
     /// DELETE on a collection: deletes every matching object.
@@ -124,9 +111,9 @@ impl State {
         let items = self.matching(info, ns, opts);
         let mut out = Vec::new();
         for item in items {
-            let n = meta_str(&item, "namespace").map(str::to_string);
-            let name = meta_str(&item, "name").unwrap_or_default().to_string();
-            let (obj, _) = self.delete(info, n.as_deref(), &name, &Value::Null, dry_run)?;
+            // The request's namespace: the object's own for a namespaced resource.
+            let n = info.namespaced.then(|| item.namespace().to_string());
+            let (obj, _) = self.delete(info, n.as_deref(), item.name(), &Value::Null, dry_run)?;
             out.push(obj);
         }
         Ok(json!({

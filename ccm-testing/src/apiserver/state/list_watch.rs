@@ -3,27 +3,69 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{
-    Change, EventType, Key, ListOptions, Snapshot, State, WatchStart, meta_str, with_type_meta,
-};
+use super::{Change, EventType, Key, ListOptions, Snapshot, State, StoredObject, WatchStart};
 use crate::apiserver::resources::ResourceInfo;
 use crate::apiserver::status::ApiError;
 
+/// One page of a list: the shared objects, the list's resourceVersion and what continues it.
+#[derive(Debug)]
+pub(crate) struct ListPage {
+    pub(crate) rv: u64,
+    pub(crate) items: Vec<Arc<StoredObject>>,
+    /// `continue` and `remainingItemCount` when more pages follow.
+    pub(crate) more: Option<(String, usize)>,
+}
+
+impl ListPage {
+    /// The list's `metadata`.
+    pub(crate) fn metadata(&self) -> Value {
+        let mut metadata = json!({ "resourceVersion": self.rv.to_string() });
+        if let Some((token, remaining)) = &self.more {
+            metadata["continue"] = json!(token);
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+        metadata
+    }
+}
+
+/// How long a `continue` token stays valid (etcd's compaction interval in kube-apiserver).
+const SNAPSHOT_LIFETIME: Duration = Duration::from_secs(300);
+
+impl ListOptions {
+    /// Whether the label and field selectors select `obj`.
+    pub(crate) fn matches(&self, obj: &StoredObject) -> bool {
+        self.fields.matches(|f| obj.field(f)) && self.labels.matches(|k| obj.label(k))
+    }
+}
+
 impl State {
+    /// The object as `info` presents it, parsed (GET by the harness itself: token reviews).
     pub(crate) fn get(
         &self,
         info: &ResourceInfo,
         ns: Option<&str>,
         name: &str,
     ) -> Result<Value, ApiError> {
+        self.get_shared(info, ns, name)
+            .map(|o| o.presented_value(info))
+    }
+
+    /// The stored object (GET).
+    pub(crate) fn get_shared(
+        &self,
+        info: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Arc<StoredObject>, ApiError> {
         let key = (ns.unwrap_or_default().to_string(), name.to_string());
         self.stores
             .get(info.storage)
             .and_then(|s| s.get(&key))
-            .map(|s| with_type_meta(info, info.present(&s.obj)))
+            .map(|s| s.obj.clone())
             .ok_or_else(|| ApiError::not_found(info, name))
     }
 
@@ -32,15 +74,15 @@ impl State {
         info: &ResourceInfo,
         ns: Option<&str>,
         opts: &ListOptions,
-    ) -> Vec<Value> {
+    ) -> Vec<Arc<StoredObject>> {
         let Some(store) = self.stores.get(info.storage) else {
             return Vec::new();
         };
         store
             .iter()
             .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
-            .filter(|(_, s)| opts.fields.matches(info, &s.obj) && opts.labels.matches(&s.obj))
-            .map(|(_, s)| info.present(&s.obj))
+            .filter(|(_, s)| opts.matches(&s.obj))
+            .map(|(_, s)| s.obj.clone())
             .collect()
     }
 
@@ -53,7 +95,7 @@ impl State {
         ns: Option<&str>,
         opts: &ListOptions,
         v: u64,
-    ) -> Result<Vec<Value>, ApiError> {
+    ) -> Result<Vec<Arc<StoredObject>>, ApiError> {
         if v > self.rv {
             return Err(too_large(v, self.rv));
         }
@@ -63,7 +105,7 @@ impl State {
                 self.compacted_rv + 1
             )));
         }
-        let mut objects: BTreeMap<Key, Value> = self
+        let mut objects: BTreeMap<Key, Arc<StoredObject>> = self
             .stores
             .get(info.storage)
             .map(|s| {
@@ -73,13 +115,10 @@ impl State {
             })
             .unwrap_or_default();
         for c in self.history.iter().rev().take_while(|c| c.rv > v) {
-            if c.storage != info.storage {
+            if c.storage() != info.storage {
                 continue;
             }
-            let key = (
-                c.namespace.clone(),
-                meta_str(&c.object, "name").unwrap_or_default().to_string(),
-            );
+            let key = (c.namespace().to_string(), c.object.name().to_string());
             match (&c.kind, &c.old) {
                 (EventType::Added, _) => {
                     objects.remove(&key);
@@ -91,20 +130,23 @@ impl State {
             }
         }
         Ok(objects
-            .iter()
+            .into_iter()
             .filter(|((k_ns, _), _)| ns.is_none_or(|n| n == k_ns))
-            .filter(|(_, o)| opts.fields.matches(info, o) && opts.labels.matches(o))
-            .map(|(_, o)| info.present(o))
+            .filter(|(_, o)| opts.matches(o))
+            .map(|(_, o)| o)
             .collect())
     }
 
-    /// A list response (kind `<Kind>List`).
+    /// A page of a list (kind `<Kind>List`; [`ListPage`]).
     pub(crate) fn list(
         &mut self,
         info: &ResourceInfo,
         ns: Option<&str>,
         opts: &ListOptions,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<ListPage, ApiError> {
+        let now = Instant::now();
+        self.snapshots
+            .retain(|_, s| now.duration_since(s.taken) < SNAPSHOT_LIFETIME);
         let (rv, items, offset) = match &opts.continue_token {
             Some(token) => {
                 let (id, offset) = parse_continue(token)?;
@@ -125,39 +167,45 @@ impl State {
             Some(l) if l > 0 => (offset + l).min(total),
             _ => total,
         };
-        let page: Vec<Value> = items
+        let page: Vec<Arc<StoredObject>> = items
             .get(offset..end)
-            .map(<[Value]>::to_vec)
+            .map(<[Arc<StoredObject>]>::to_vec)
             .unwrap_or_default();
-        let mut metadata = json!({ "resourceVersion": rv.to_string() });
+        let mut more = None;
         if end < total {
             let id = match &opts.continue_token {
                 Some(token) => parse_continue(token)?.0,
                 None => {
                     let id = self.next_snapshot;
                     self.next_snapshot += 1;
-                    self.snapshots.insert(id, Snapshot { rv, items });
+                    self.snapshots.insert(
+                        id,
+                        Snapshot {
+                            rv,
+                            items,
+                            taken: now,
+                        },
+                    );
                     id
                 }
             };
-            metadata["continue"] = json!(format!("{id}-{end}"));
-            metadata["remainingItemCount"] = json!(total - end);
+            more = Some((format!("{id}-{end}"), total - end));
         } else if let Some(token) = &opts.continue_token {
             let (id, _) = parse_continue(token)?;
             self.snapshots.remove(&id);
         }
-        Ok(json!({
-            "kind": format!("{}List", info.kind),
-            "apiVersion": info.api_version(),
-            "metadata": metadata,
-            "items": page,
-        }))
+        Ok(ListPage {
+            rv,
+            items: page,
+            more,
+        })
     }
 
     /// The initial events of a watch, and a receiver for the live ones, taken atomically.
     ///
     /// `rv`: `None` or `"0"` starts with synthetic ADDED events for the current state;
-    /// `Some(n)` replays the history after `n`, or fails with 410 Expired if compacted.
+    /// `Some(n)` replays the history after `n`, or fails with 410 Expired if compacted. The
+    /// events hold the shared objects: nothing is copied or serialised here.
     pub(crate) fn watch(
         &self,
         info: &ResourceInfo,
@@ -167,8 +215,7 @@ impl State {
         send_initial: bool,
     ) -> Result<WatchStart, ApiError> {
         let rx = self.tx.subscribe();
-        let mut initial = Vec::new();
-        match rv {
+        let initial = match rv {
             Some(n) if n != 0 && !send_initial => {
                 if n > self.rv {
                     return Err(too_large(n, self.rv));
@@ -179,21 +226,20 @@ impl State {
                         self.compacted_rv + 1
                     )));
                 }
-                for c in self.history.iter().filter(|c| c.rv > n) {
-                    if let Some(ev) = filter_change(info, ns, opts, c) {
-                        initial.push((ev.0, ev.1, c.rv));
-                    }
-                }
+                self.history
+                    .iter()
+                    .filter(|c| c.rv > n)
+                    .filter_map(|c| {
+                        change_kind(info, ns, opts, c).map(|kind| (kind, c.object.clone()))
+                    })
+                    .collect()
             }
-            _ => {
-                for obj in self.matching(info, ns, opts) {
-                    let orv = meta_str(&obj, "resourceVersion")
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(self.rv);
-                    initial.push((EventType::Added, with_type_meta(info, obj), orv));
-                }
-            }
-        }
+            _ => self
+                .matching(info, ns, opts)
+                .into_iter()
+                .map(|o| (EventType::Added, o))
+                .collect(),
+        };
         Ok((initial, rx, self.rv))
     }
 
@@ -226,18 +272,6 @@ fn parse_continue(token: &str) -> Result<(u64, usize), ApiError> {
     ))
 }
 
-/// Filters a change for one watch: selector transitions become ADDED / DELETED as
-/// kube-apiserver's watch cache does. Returns the event in the watched resource's form.
-pub(crate) fn filter_change(
-    info: &ResourceInfo,
-    ns: Option<&str>,
-    opts: &ListOptions,
-    c: &Change,
-) -> Option<(EventType, Value)> {
-    let kind = change_kind(info, ns, opts, c)?;
-    Some((kind, with_type_meta(info, info.present(&c.object))))
-}
-
 /// What a watch of `info` in `ns` with `opts` sees of change `c`: `None` when nothing, else
 /// the event type (selector transitions turn `MODIFIED` into `ADDED`/`DELETED`).
 pub(crate) fn change_kind(
@@ -246,18 +280,17 @@ pub(crate) fn change_kind(
     opts: &ListOptions,
     c: &Change,
 ) -> Option<EventType> {
-    if c.storage != info.storage {
+    if c.storage() != info.storage {
         return None;
     }
     if let Some(ns) = ns
-        && ns != c.namespace
+        && ns != c.namespace()
     {
         return None;
     }
     // Labels live in metadata, the same in every representation.
-    let matches = |o: &Value| opts.fields.matches(info, o) && opts.labels.matches(o);
-    let now = matches(&c.object);
-    let before = c.old.as_ref().is_some_and(matches);
+    let now = opts.matches(&c.object);
+    let before = c.old.as_deref().is_some_and(|o| opts.matches(o));
     let kind = match c.kind {
         EventType::Added if now => EventType::Added,
         EventType::Deleted if before || now => EventType::Deleted,

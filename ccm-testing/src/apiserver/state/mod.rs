@@ -1,5 +1,6 @@
-//! The object store: one global resourceVersion counter, objects per resource as JSON, a
-//! bounded event history for watch replay, and a broadcast channel for live watches.
+//! The object store: one global resourceVersion counter, objects per resource as shared JSON
+//! texts ([`object`]), a bounded event history for watch replay, and a broadcast channel for
+//! live watches.
 //!
 //! The store's types and the helpers every operation uses live here; the operations are split
 //! by verb: [`list_watch`] (GET, LIST, WATCH), [`create`] (POST), [`update`] (PUT, PATCH),
@@ -10,6 +11,7 @@ mod create;
 mod delete;
 mod list_watch;
 mod namespaces;
+mod object;
 mod update;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -24,7 +26,8 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, FieldError};
 use super::validation;
 
-pub(crate) use list_watch::{change_kind, filter_change, too_large};
+pub(crate) use list_watch::{ListPage, change_kind, too_large};
+pub(crate) use object::StoredObject;
 
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,48 +48,72 @@ impl EventType {
 }
 
 /// One change, as stored in the history and broadcast to watches (storage representation).
+/// The objects are the store's own (shared, never copied); a watch sends their text.
 #[derive(Debug)]
 pub(crate) struct Change {
     pub(crate) rv: u64,
-    pub(crate) storage: &'static str,
-    pub(crate) namespace: String,
     pub(crate) kind: EventType,
-    pub(crate) object: Value,
-    /// The object before the change (for MODIFIED), to compute selector transitions.
-    pub(crate) old: Option<Value>,
-    /// The object as every watch of a resource whose representation is the stored one sees
-    /// it, serialized once for all of them (watch fan-out was the API server's largest cost
-    /// in the node-burst benchmark).
-    pub(crate) encoded: std::sync::OnceLock<String>,
+    pub(crate) object: Arc<StoredObject>,
+    /// The object before the change (for MODIFIED and DELETED), to compute selector
+    /// transitions.
+    pub(crate) old: Option<Arc<StoredObject>>,
 }
 
 impl Change {
-    /// The JSON text of the object as presented to watches of `info`, cached when `info`
-    /// presents the stored representation unchanged (every resource but events.k8s.io).
-    pub(crate) fn encoded_for(&self, info: &ResourceInfo) -> Option<&str> {
-        if !info.presents_storage() {
-            return None;
-        }
-        let text = self
-            .encoded
-            .get_or_init(|| with_type_meta(info, self.object.clone()).to_string());
-        Some(text)
+    /// The storage (`"nodes"`, ...) the changed object lives in.
+    pub(crate) fn storage(&self) -> &'static str {
+        self.object.storage()
+    }
+
+    /// The changed object's namespace (empty for a cluster-scoped object).
+    pub(crate) fn namespace(&self) -> &str {
+        self.object.namespace()
     }
 }
 
 #[derive(Debug, Clone)]
 struct Stored {
-    obj: Value,
-    managed: ManagedFields,
+    obj: Arc<StoredObject>,
+    /// The field ownership, when the object's own `metadata.managedFields` does not tell it
+    /// exactly (a write that changed nothing but the ownership, or field paths its text cannot
+    /// tell apart); else read back from the text on the next write.
+    managed: Option<Box<ManagedFields>>,
+}
+
+impl Stored {
+    /// `obj` (parsed: `value`) owned as `managed` says.
+    fn new(obj: Arc<StoredObject>, value: &Value, managed: ManagedFields) -> Stored {
+        Stored {
+            obj,
+            managed: exact_managed(managed, value),
+        }
+    }
+
+    /// The field ownership; `value` is the stored object, parsed.
+    fn managed(&self, value: &Value) -> ManagedFields {
+        match &self.managed {
+            Some(m) => (**m).clone(),
+            None => ManagedFields::from_json(value.pointer("/metadata/managedFields"))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// `managed`, unless the stored object `value` says it exactly.
+fn exact_managed(managed: ManagedFields, value: &Value) -> Option<Box<ManagedFields>> {
+    let written = ManagedFields::from_json(value.pointer("/metadata/managedFields"));
+    (written.as_ref() != Some(&managed)).then(|| Box::new(managed))
 }
 
 type Key = (String, String);
 
-/// A snapshot kept for `continue` tokens.
+/// A snapshot kept for `continue` tokens (the objects of the first page's list, shared).
 #[derive(Debug)]
 struct Snapshot {
     rv: u64,
-    items: Arc<Vec<Value>>,
+    items: Arc<Vec<Arc<StoredObject>>>,
+    /// When it was taken: kept 5 minutes, as etcd's compaction keeps a continue token valid.
+    taken: std::time::Instant,
 }
 
 /// The type of a PATCH request, from its `Content-Type`.
@@ -120,9 +147,10 @@ pub(crate) struct WriteResult {
     pub(crate) created: bool,
 }
 
-/// What a watch starts with: initial events, the live receiver, the resourceVersion at start.
+/// What a watch starts with: initial events (the shared objects, sent lazily), the live
+/// receiver, the resourceVersion at start.
 pub(crate) type WatchStart = (
-    Vec<(EventType, Value, u64)>,
+    Vec<(EventType, Arc<StoredObject>)>,
     broadcast::Receiver<Arc<Change>>,
     u64,
 );
@@ -242,12 +270,12 @@ impl State {
         s
     }
 
-    /// Every stored object of one storage (`"clusterroles"`, ...), in the stored form.
-    pub(crate) fn stored_objects(&self, storage: &str) -> impl Iterator<Item = &Value> {
+    /// Every stored object of one storage (`"clusterroles"`, ...), in the stored form, parsed.
+    pub(crate) fn stored_objects(&self, storage: &str) -> impl Iterator<Item = Value> {
         self.stores
             .get(storage)
             .into_iter()
-            .flat_map(|s| s.values().map(|v| &v.obj))
+            .flat_map(|s| s.values().map(|v| v.obj.value()))
     }
 
     pub(crate) fn current_rv(&self) -> u64 {
@@ -266,8 +294,14 @@ impl State {
         self.stores.entry(info.storage).or_default()
     }
 
-    fn emit(&mut self, change: Change) {
-        let change = Arc::new(change);
+    /// Records and broadcasts a change of `object` (the store already holds its new state).
+    fn emit(&mut self, kind: EventType, object: Arc<StoredObject>, old: Option<Arc<StoredObject>>) {
+        let change = Arc::new(Change {
+            rv: object.rv(),
+            kind,
+            object,
+            old,
+        });
         self.history.push_back(change.clone());
         while self.history.len() > self.history_capacity {
             if let Some(old) = self.history.pop_front() {
@@ -306,6 +340,16 @@ fn check_type_meta(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A stored object as `info` presents it alone in a response (without copying it when the
+/// representation is the stored one).
+fn into_presented(info: &ResourceInfo, stored: Value) -> Value {
+    if info.presents_storage() {
+        with_type_meta(info, stored)
+    } else {
+        with_type_meta(info, info.present(&stored))
+    }
+}
+
 /// Sets `kind` and `apiVersion` of a single object in a response.
 pub(crate) fn with_type_meta(info: &ResourceInfo, mut obj: Value) -> Value {
     if let Some(o) = obj.as_object_mut() {
@@ -341,3 +385,6 @@ fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<FieldE
     }
     errs
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Key, State, meta, meta_str, strings_at, with_type_meta};
+use super::{Key, State, strings_at, with_type_meta};
 use crate::apiserver::resources::{RESOURCES, ResourceInfo};
 use crate::apiserver::status::ApiError;
 
@@ -20,7 +20,7 @@ impl State {
         self.stores
             .get("namespaces")
             .and_then(|s| s.get(&(String::new(), ns.to_string())))
-            .map(|n| meta(&n.obj).is_some_and(|m| m.contains_key("deletionTimestamp")))
+            .map(|n| n.obj.terminating())
     }
 
     pub(super) fn check_namespace(
@@ -55,13 +55,13 @@ impl State {
             .get("namespaces")
             .map(|s| {
                 s.values()
-                    .filter(|n| meta(&n.obj).is_some_and(|m| m.contains_key("deletionTimestamp")))
+                    .filter(|n| n.obj.terminating())
                     .filter(|n| {
-                        spec_finalizers(&n.obj)
+                        spec_finalizers(&n.obj.value())
                             .iter()
                             .any(|f| f == NAMESPACE_FINALIZER)
                     })
-                    .filter_map(|n| meta_str(&n.obj, "name").map(str::to_string))
+                    .map(|n| n.obj.name().to_string())
                     .collect()
             })
             .unwrap_or_default()
@@ -88,11 +88,7 @@ impl State {
                 .get(info.storage)
                 .map(|s| {
                     s.iter()
-                        .filter(|((n, _), v)| {
-                            n == ns
-                                && !meta(&v.obj)
-                                    .is_some_and(|m| m.contains_key("deletionTimestamp"))
-                        })
+                        .filter(|((n, _), v)| n == ns && !v.obj.terminating())
                         .map(|(k, _)| k.clone())
                         .collect()
                 })
@@ -112,7 +108,7 @@ impl State {
             return;
         }
         let key = (String::new(), ns.to_string());
-        let Some(current) = self.store(ns_info).get(&key).map(|s| s.obj.clone()) else {
+        let Some(current) = self.store(ns_info).get(&key).map(|s| s.obj.value()) else {
             return;
         };
         let mut finalized = with_type_meta(ns_info, current);

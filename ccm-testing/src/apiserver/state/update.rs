@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 use super::create::secret_defaults;
 use super::namespaces::spec_finalizers;
 use super::{
-    Change, EventType, Key, PatchType, State, Stored, WriteResult, check_type_meta, finalizers,
-    meta, meta_mut, meta_str, same_content, set_rv, validate, with_type_meta,
+    EventType, Key, PatchType, State, Stored, StoredObject, WriteResult, check_type_meta,
+    exact_managed, finalizers, into_presented, meta, meta_mut, meta_str, same_content, set_rv,
+    validate,
 };
 use crate::apiserver::patch::{ManagedFields, conflict_error, strategic_merge};
 use crate::apiserver::resources::ResourceInfo;
@@ -90,10 +91,9 @@ impl State {
         // The resource representation and the field ownership, without copying the stored
         // object first.
         let existing = self.store(info).get(&key).map(|e| {
-            (
-                with_type_meta(info, info.present(&e.obj)),
-                e.managed.clone(),
-            )
+            let stored = e.obj.value();
+            let managed = e.managed(&stored);
+            (into_presented(info, stored), managed)
         });
         let Some((current, mut managed)) = existing else {
             if patch_type == PatchType::Apply && subresource.is_none() {
@@ -200,13 +200,10 @@ impl State {
         dry_run: bool,
     ) -> Result<WriteResult, ApiError> {
         let name = key.1.clone();
-        let Some(Stored {
-            obj: old,
-            managed: old_managed,
-        }) = self.store(info).get(&key).cloned()
-        else {
+        let Some(entry) = self.store(info).get(&key).cloned() else {
             return Err(ApiError::not_found(info, &name));
         };
+        let old = entry.obj.value();
         let old_rv = meta_str(&old, "resourceVersion")
             .unwrap_or_default()
             .to_string();
@@ -332,7 +329,7 @@ impl State {
         let managed = match applied_managed {
             Some(m) => m,
             None => {
-                let mut m = old_managed;
+                let mut m = entry.managed(&old);
                 m.record_update(manager, Some(&old), &new);
                 m
             }
@@ -340,55 +337,34 @@ impl State {
         // A write that changes nothing is not persisted (no new resourceVersion, no event).
         if same_content(&old, &new) {
             if let Some(s) = self.store(info).get_mut(&key) {
-                s.managed = managed;
+                s.managed = exact_managed(managed, &old);
             }
             return Ok(WriteResult {
-                object: with_type_meta(info, info.present(&old)),
+                object: into_presented(info, old),
                 created: false,
             });
         }
         if dry_run {
             set_rv(&mut new, self.rv);
             return Ok(WriteResult {
-                object: with_type_meta(info, info.present(&new)),
+                object: into_presented(info, new),
                 created: false,
             });
         }
         let rv = self.next_rv();
         set_rv(&mut new, rv);
         meta_mut(&mut new).insert("managedFields".into(), managed.to_json(&info.api_version()));
-        let response = with_type_meta(info, info.present(&new));
+        let object = StoredObject::new(info.storage, &key.0, &key.1, &new);
         if terminating && finalizers(&new).is_empty() && spec_finalizers(&new).is_empty() {
             self.store(info).remove(&key);
-            self.emit(Change {
-                encoded: Default::default(),
-                rv,
-                storage: info.storage,
-                namespace: key.0.clone(),
-                kind: EventType::Deleted,
-                object: new,
-                old: Some(old),
-            });
+            self.emit(EventType::Deleted, object, Some(entry.obj));
         } else {
-            self.store(info).insert(
-                key.clone(),
-                Stored {
-                    obj: new.clone(),
-                    managed,
-                },
-            );
-            self.emit(Change {
-                encoded: Default::default(),
-                rv,
-                storage: info.storage,
-                namespace: key.0.clone(),
-                kind: EventType::Modified,
-                object: new,
-                old: Some(old),
-            });
+            let stored = Stored::new(object.clone(), &new, managed);
+            self.store(info).insert(key, stored);
+            self.emit(EventType::Modified, object, Some(entry.obj));
         }
         Ok(WriteResult {
-            object: response,
+            object: into_presented(info, new),
             created: false,
         })
     }

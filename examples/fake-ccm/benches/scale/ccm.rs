@@ -179,8 +179,22 @@ impl Ccm {
         routes: bool,
         extra_config: &str,
     ) -> Ccm {
+        Ccm::start_named(env, opts, routes, extra_config, "").await
+    }
+
+    /// As [`Ccm::start_with`], for one of several replicas running at once: `replica` names
+    /// its log and cloud config files. With `--leader-elect...` in `opts.ccm_args` it runs
+    /// with leader election (else `--leader-elect=false`); it is then ready, and this returns,
+    /// as soon as it stands by.
+    pub(crate) async fn start_named(
+        env: &Env,
+        opts: &Opts,
+        routes: bool,
+        extra_config: &str,
+        replica: &str,
+    ) -> Ccm {
         let dir = std::env::temp_dir();
-        let config = dir.join(format!("{}-fake-cloud.yaml", env.run));
+        let config = dir.join(format!("{}{replica}-fake-cloud.yaml", env.run));
         // One ingress IP for every load balancer: the Services created `ready` carry it.
         let mut cloud_config = format!("latency_ms: {}\nlb_ip: {LB_IP}\n", opts.latency_ms);
         if let Some(quota) = opts.quota {
@@ -203,7 +217,7 @@ impl Ccm {
         }
         cloud_config.push_str(extra_config);
         std::fs::write(&config, cloud_config).unwrap();
-        let log = dir.join(format!("{}-fake-ccm.log", env.run));
+        let log = dir.join(format!("{}{replica}-fake-ccm.log", env.run));
         let port = free_port();
         let binary = env!("CARGO_BIN_EXE_fake-ccm");
         let mut cmd = match opts.ccm_wrapper.as_deref().map(str::split_whitespace) {
@@ -220,9 +234,15 @@ impl Ccm {
             (None, Some(k)) => cmd.arg(format!("--kubeconfig={}", k.display())),
             (None, None) => unreachable!(),
         };
+        let election = opts
+            .ccm_args
+            .iter()
+            .any(|a| a == "--leader-elect" || a.starts_with("--leader-elect="));
+        if !election {
+            cmd.arg("--leader-elect=false");
+        }
         cmd.arg("--cloud-provider=fake")
             .arg(format!("--cloud-config={}", config.display()))
-            .arg("--leader-elect=false")
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--secure-port={port}"))
             // HTTPS with a self-signed certificate and delegated authorisation, as in Go;
@@ -282,20 +302,22 @@ impl Ccm {
     /// From fake-ccm's first log line ("starting cloud-controller-manager") to its "shared
     /// informers synced", by the log's own timestamps.
     fn synced_after_start(&self) -> Option<Duration> {
-        let log = std::fs::read_to_string(&self.log).ok()?;
-        let at = |needle: &str| -> Option<jiff::Timestamp> {
-            let line = log.lines().find(|l| l.contains(needle))?;
-            // Timestamps lead each line, possibly inside ANSI colour codes.
-            let start = line.find("20")?;
-            line[start..]
-                .split(|c: char| c.is_whitespace() || c == '\u{1b}')
-                .next()?
-                .parse()
-                .ok()
-        };
-        let started = at("starting cloud-controller-manager")?;
-        let synced = at("shared informers synced")?;
+        let started = self.logged_at("starting cloud-controller-manager")?;
+        let synced = self.logged_at("shared informers synced")?;
         Duration::try_from(synced.duration_since(started)).ok()
+    }
+
+    /// The timestamp of the first line of fake-ccm's log that contains `needle`.
+    pub(crate) fn logged_at(&self, needle: &str) -> Option<jiff::Timestamp> {
+        let log = std::fs::read_to_string(&self.log).ok()?;
+        let line = log.lines().find(|l| l.contains(needle))?;
+        // Timestamps lead each line, possibly inside ANSI colour codes.
+        let start = line.find("20")?;
+        line[start..]
+            .split(|c: char| c.is_whitespace() || c == '\u{1b}')
+            .next()?
+            .parse()
+            .ok()
     }
 
     pub(crate) async fn get(&self, path: &str) -> Result<String, kube::Error> {

@@ -24,6 +24,9 @@ pub(crate) enum Scenario {
     /// N nodes and M Services reconciled by a normal fake-ccm, then a shadow (`--shadow`):
     /// its first pass and an idle window: divergences, API requests, cloud calls, memory.
     Shadow,
+    /// N nodes and M Services settled under replica A (leader election on), replica B
+    /// standing by, A killed: time until B leads and is ready, B's first minute as leader.
+    Failover,
 }
 
 impl Scenario {
@@ -37,6 +40,7 @@ impl Scenario {
             Scenario::RouteBurst => "route-burst",
             Scenario::NodeIpam => "node-ipam",
             Scenario::Shadow => "shadow",
+            Scenario::Failover => "failover",
         }
     }
 }
@@ -103,6 +107,15 @@ pub(crate) struct Cli {
     /// JSON each). Fewer let the in-process API server hold 100,000 Nodes in less memory.
     #[arg(long, default_value_t = 40)]
     pub(crate) images: usize,
+    /// failover: the Lease's duration in seconds (renew deadline two thirds of it, retry
+    /// period 2/15, as Go's 15 s / 10 s / 2 s). At 100,000 Nodes a 3 s renew deadline is too
+    /// short for a leader busy with its start-up on two cores.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) lease_duration: u64,
+    /// Keep every request's body in the in-process API server's request log (node-ipam always
+    /// does; off otherwise: at 100,000 Nodes the bodies alone took gigabytes of the harness).
+    #[arg(long)]
+    pub(crate) record_bodies: bool,
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     pub(crate) ccm_args: Vec<String>,
@@ -133,6 +146,8 @@ pub(crate) struct Opts {
     pub(crate) cluster_cidr: String,
     pub(crate) node_cidr_mask_size: u8,
     pub(crate) images: usize,
+    pub(crate) record_bodies: bool,
+    pub(crate) lease_duration: u64,
 }
 
 impl Opts {
@@ -140,12 +155,12 @@ impl Opts {
         let s = c.scenario;
         let nodes = c.nodes.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 50,
-            Scenario::Steady | Scenario::NodeIpam | Scenario::Shadow => 5000,
+            Scenario::Steady | Scenario::NodeIpam | Scenario::Shadow | Scenario::Failover => 5000,
             _ => 1000,
         });
         let services = c.services.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 200,
-            Scenario::Steady => 1000,
+            Scenario::Steady | Scenario::Failover => 1000,
             Scenario::Shadow => 100,
             _ => 0,
         });
@@ -170,6 +185,8 @@ impl Opts {
             cluster_cidr: c.cluster_cidr.clone(),
             node_cidr_mask_size: c.node_cidr_mask_size,
             images: c.images,
+            record_bodies: c.record_bodies || s == Scenario::NodeIpam,
+            lease_duration: c.lease_duration.max(2),
         }
     }
 
@@ -188,6 +205,10 @@ impl Opts {
             Scenario::Steady | Scenario::Shadow => {
                 m.insert("services".into(), json!(self.services));
                 m.insert("settle_s".into(), json!(self.settle));
+            }
+            Scenario::Failover => {
+                m.insert("services".into(), json!(self.services));
+                m.insert("lease_duration_s".into(), json!(self.lease_duration));
             }
             Scenario::Floor => {
                 m.remove("latency_ms");
@@ -212,6 +233,9 @@ impl Opts {
         }
         if let Some(max) = self.max_batch_size {
             m.insert("max_batch_size".into(), json!(max));
+        }
+        if self.record_bodies && self.scenario != Scenario::NodeIpam {
+            m.insert("record_bodies".into(), json!(true));
         }
         if self.images != 40 {
             m.insert("images".into(), json!(self.images));

@@ -38,7 +38,8 @@ pub(crate) const CCM_AGENT: &str = "cloud-controller-manager/";
 pub(crate) const LB_IP: &str = "203.0.113.10";
 
 impl Env {
-    pub(crate) async fn start() -> Env {
+    /// `record_bodies`: whether the in-process server keeps request bodies in its log.
+    pub(crate) async fn start(record_bodies: bool) -> Env {
         let run = format!(
             "bench-{}-{}",
             std::process::id(),
@@ -63,6 +64,7 @@ impl Env {
             }
             None => {
                 let server = ApiServer::start().await;
+                server.set_record_bodies(record_bodies);
                 Env {
                     client: server.client(),
                     config: kube::Config::new(server.url().parse().unwrap()),

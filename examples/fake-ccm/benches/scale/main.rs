@@ -11,6 +11,7 @@
 //! cargo bench -p fake-ccm --bench scale -- route-burst --nodes 1000
 //! cargo bench -p fake-ccm --bench scale -- node-ipam --nodes 5000
 //! cargo bench -p fake-ccm --bench scale -- shadow --nodes 5000 --services 100 --batch
+//! cargo bench -p fake-ccm --bench scale -- failover --nodes 5000 --services 1000
 //! ```
 //!
 //! The API server is the in-process one from `ccm-testing` unless `$CCM_TEST_KUBECONFIG` names a
@@ -33,6 +34,7 @@
 mod ccm;
 mod cli;
 mod environment;
+mod failover;
 mod lb_burst;
 mod node_burst;
 mod node_churn;
@@ -105,7 +107,7 @@ fn main() {
             machine["cores"],
             machine["load_start"]
         );
-        let env = Env::start().await;
+        let env = Env::start(opts.record_bodies).await;
         let report = match opts.scenario {
             Scenario::NodeBurst => node_burst::node_burst(&env, &opts, false).await,
             Scenario::Floor => node_burst::node_burst(&env, &opts, true).await,
@@ -121,6 +123,7 @@ fn main() {
             Scenario::RouteBurst => route_burst::route_burst(&env, &opts).await,
             Scenario::NodeIpam => node_ipam::node_ipam(&env, &opts).await,
             Scenario::Shadow => shadow::shadow(&env, &opts).await,
+            Scenario::Failover => failover::failover(&env, &opts).await,
         };
         env.cleanup().await;
         machine["load_end"] = json!(loadavg());
