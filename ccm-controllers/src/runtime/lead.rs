@@ -116,13 +116,30 @@ pub(super) async fn elect_and_lead(
     master_status.get_or_create(&lease).set(0);
     let config = ElectionConfig::from_args(&env.options.leader_election, env.identity.clone());
     tracing::info!(identity = %config.identity, lease = %format!("{}/{}", config.namespace, config.name), "attempting to acquire the leader lease");
-    match leader::acquire(&env.client, &config, &health.leader, shutdown).await {
+    let factory = env.clients.clone();
+    let election = leader::spawn(
+        move || {
+            factory
+                .root_credentials_client(leader::LEADER_ELECTION_CLIENT_NAME)
+                .map_err(|e| e.to_string())
+        },
+        config.clone(),
+        health.clone(),
+        shutdown.clone(),
+    );
+    let acquired = match election {
+        Ok(acquired) => acquired,
+        Err(error) => {
+            tracing::error!(%error, "could not start the leader election's thread");
+            return 1;
+        }
+    };
+    match acquired.await.ok() {
         None => 0,
-        Some(manager) => {
+        Some(mut held) => {
             tracing::info!(identity = %config.identity, "became the leader");
             health.leader.send_replace(LeaderState::Leading);
             master_status.get_or_create(&lease).set(1);
-            let mut held = leader::hold(manager, env.client.clone(), &config);
             let outcome = env.lead(shutdown, Some(&mut held.lost)).await;
             match outcome {
                 Lead::Lost(reason) => {

@@ -21,6 +21,7 @@ mod flags;
 mod go_tables;
 mod initial_list;
 mod instance_batch;
+mod lease_renewal;
 mod node_ipam;
 mod node_lifecycle;
 mod rbac;
