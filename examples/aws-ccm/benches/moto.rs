@@ -7,6 +7,7 @@
 //! ```text
 //! cargo bench --manifest-path examples/aws-ccm/Cargo.toml --bench moto -- \
 //!     [--scenario node-burst|node-backlog|lb-burst|all] [--nodes 1000] [--services 100] [--batch on|off|both]
+//!     [--latency-ms 0]
 //! ```
 //!
 //! - node-burst: `--nodes` instances run, then as many Nodes register at once (named by their
@@ -17,6 +18,10 @@
 //! - lb-burst: 10 initialised Nodes, then `--services` LoadBalancer Services at once; measured
 //!   until every one has its ingress, then one Node joins (until every load balancer has it as a
 //!   target), then every Service is deleted (until moto lists nothing with the cluster tag).
+//!
+//! `--latency-ms N` adds N ms before each `describe_instances` of the node scenarios (a
+//! cloud farther away than moto on loopback; the single calls of `--batch off` are not
+//! delayed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 #[path = "../tests/support/mod.rs"]
@@ -46,6 +51,7 @@ struct Opts {
     nodes: usize,
     services: usize,
     batch: Vec<bool>,
+    latency: Duration,
 }
 
 fn opts() -> Opts {
@@ -54,6 +60,7 @@ fn opts() -> Opts {
         nodes: 1000,
         services: 100,
         batch: vec![true, false],
+        latency: Duration::ZERO,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -63,6 +70,9 @@ fn opts() -> Opts {
             "--scenario" => o.scenario = value,
             "--nodes" => o.nodes = value.parse().expect("--nodes N"),
             "--services" => o.services = value.parse().expect("--services N"),
+            "--latency-ms" => {
+                o.latency = Duration::from_millis(value.parse().expect("--latency-ms N"))
+            }
             "--batch" => {
                 o.batch = match value.as_str() {
                     "on" => vec![true],
@@ -114,6 +124,9 @@ async fn launch(world: &World, n: usize) -> Vec<aws_sdk_ec2::types::Instance> {
 struct BatchSizes {
     inner: Arc<aws_ccm::AwsCloud>,
     sizes: Mutex<Vec<usize>>,
+    /// Added before each `describe_instances` (`--latency-ms`: a cloud farther away than a
+    /// moto on loopback).
+    latency: Duration,
 }
 
 impl CloudProvider for BatchSizes {
@@ -142,6 +155,7 @@ impl InstancesBatch for BatchSizes {
         nodes: &[Arc<ccm_core::Node>],
     ) -> CloudResult<InstanceAnswers> {
         self.sizes.lock().unwrap().push(nodes.len());
+        tokio::time::sleep(self.latency).await;
         self.inner.describe_instances(nodes).await
     }
 }
@@ -159,7 +173,7 @@ fn sizes_line(sizes: &[usize]) -> String {
     )
 }
 
-async fn node_burst(n: usize, batch: bool, backlog: bool) {
+async fn node_burst(n: usize, batch: bool, backlog: bool, latency: Duration) {
     let world = World::with_options("bench-nodes", batch, 1).await;
     let instances = launch(&world, n).await;
     let cluster = TestCluster::start().await;
@@ -181,6 +195,7 @@ async fn node_burst(n: usize, batch: bool, backlog: bool) {
     let recorder = Arc::new(BatchSizes {
         inner: world.cloud.clone(),
         sizes: Mutex::default(),
+        latency,
     });
     let cloud: Arc<dyn CloudProvider> = recorder.clone();
     let (calls0, requests0) = (world.cloud.cloud_calls(), world.cloud.requests());
@@ -387,10 +402,10 @@ fn main() {
     runtime.block_on(async {
         for &batch in &o.batch {
             if o.scenario == "node-burst" || o.scenario == "all" {
-                node_burst(o.nodes, batch, false).await;
+                node_burst(o.nodes, batch, false, o.latency).await;
             }
             if o.scenario == "node-backlog" || o.scenario == "all" {
-                node_burst(o.nodes, batch, true).await;
+                node_burst(o.nodes, batch, true, o.latency).await;
             }
             if o.scenario == "lb-burst" || o.scenario == "all" {
                 lb_burst(o.services, batch).await;
