@@ -124,7 +124,7 @@ pub(super) async fn elect_and_lead(
                 .map_err(|e| e.to_string())
         },
         config.clone(),
-        health.clone(),
+        health.leader.clone(),
         shutdown.clone(),
     );
     let acquired = match election {

@@ -29,7 +29,6 @@
 //! Go's goroutines are preempted, so Go's leader keeps renewing under the same load; this
 //! thread gives ours the same guarantee.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -39,7 +38,6 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::health::Health;
 use crate::machinery::go_syntax::format_go_duration;
 use crate::options::{LeaderElectionArgs, ceil_secs};
 
@@ -181,13 +179,13 @@ impl Held {
 }
 
 /// Starts the election on a thread of its own (see the module docs): a standby until the
-/// lease is acquired ([`acquire`], publishing [`LeaderState::Standby`] on `health`), then the
+/// lease is acquired ([`acquire`], publishing [`LeaderState::Standby`] on `state`), then the
 /// renewal ([`keep`]). The receiver resolves with the held lease, or fails when `stop` fired
 /// first or the election's client could not be built (logged).
 pub(crate) fn spawn(
     make_client: impl FnOnce() -> Result<Client, String> + Send + 'static,
     config: ElectionConfig,
-    health: Arc<Health>,
+    state: watch::Sender<LeaderState>,
     stop: CancellationToken,
 ) -> std::io::Result<oneshot::Receiver<Held>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -207,7 +205,7 @@ pub(crate) fn spawn(
                 };
                 // A standby whose runtime stopped waiting (its future dropped) stops too.
                 let standby = tokio::select! {
-                    manager = acquire(&client, &config, &health.leader, &stop) => manager,
+                    manager = acquire(&client, &config, &state, &stop) => manager,
                     () = acquired_tx.closed() => None,
                 };
                 let Some(manager) = standby else {
