@@ -373,6 +373,19 @@ pub(crate) fn kubelet_status_patch() -> Patch<Value> {
     }}))
 }
 
+/// Creates `nodes` initialised Nodes and then `services` reconciled Services (as an earlier CCM
+/// left them): the cluster the steady, shadow and failover scenarios start from.
+pub(crate) async fn create_settled_cluster(
+    env: &Env,
+    track: &Shared,
+    nodes: usize,
+    services: usize,
+    concurrency: usize,
+) {
+    create_nodes(env, track, 0..nodes, |_| NodeKind::Initialised, concurrency).await;
+    create_services(env, track, 0..services, true, concurrency).await;
+}
+
 /// Creates Services `range` concurrently (`ready`: with the finalizer and the ingress the CCM
 /// would have written, as after an earlier CCM run).
 pub(crate) async fn create_services(

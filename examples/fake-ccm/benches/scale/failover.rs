@@ -25,8 +25,7 @@ use serde_json::json;
 
 use crate::ccm::{Ccm, Metrics};
 use crate::cli::Opts;
-use crate::environment::{Env, Progress, Shared, create_nodes, create_services, observe};
-use crate::objects::NodeKind;
+use crate::environment::{Env, Progress, Shared, create_settled_cluster, observe};
 use crate::report::{Report, request_counts, writes};
 
 /// Leader-election flags of both replicas for a lease of `lease_s` seconds, with Go's ratios
@@ -207,15 +206,7 @@ pub(crate) async fn failover(env: &Env, opts: &Opts) -> Report {
     let setup = Instant::now();
     {
         let _p = Progress::start("setup", move || format!("{n} nodes, {m} services"));
-        create_nodes(
-            env,
-            &track,
-            0..n,
-            |_| NodeKind::Initialised,
-            opts.concurrency,
-        )
-        .await;
-        create_services(env, &track, 0..m, true, opts.concurrency).await;
+        create_settled_cluster(env, &track, n, m, opts.concurrency).await;
     }
     report.secs(
         "create_s",

@@ -11,8 +11,7 @@ use serde_json::json;
 
 use crate::ccm::{Ccm, Metrics, diff};
 use crate::cli::Opts;
-use crate::environment::{Env, Progress, Shared, create_nodes, create_services, observe};
-use crate::objects::NodeKind;
+use crate::environment::{Env, Progress, Shared, create_settled_cluster, observe};
 use crate::report::{Report, api_figures, request_counts};
 
 /// Waits until `ccm` made no cloud call and no API request for `quiet` (at most `timeout`);
@@ -51,15 +50,7 @@ pub(crate) async fn shadow(env: &Env, opts: &Opts) -> Report {
     env.create_namespace().await;
     {
         let _p = Progress::start("setup", move || format!("{n} nodes, {m} services"));
-        create_nodes(
-            env,
-            &track,
-            0..n,
-            |_| NodeKind::Initialised,
-            opts.concurrency,
-        )
-        .await;
-        create_services(env, &track, 0..m, true, opts.concurrency).await;
+        create_settled_cluster(env, &track, n, m, opts.concurrency).await;
     }
     let state = std::env::temp_dir().join(format!("{}-fake-cloud-state.json", env.run));
     let state_config = format!("state_file: {}\n", state.display());

@@ -9,9 +9,8 @@ use serde_json::json;
 use crate::ccm::{Ccm, Metrics, diff};
 use crate::cli::Opts;
 use crate::environment::{
-    Env, Progress, Shared, create_nodes, create_services, lock, observe, watch_events,
+    Env, Progress, Shared, create_settled_cluster, lock, observe, watch_events,
 };
-use crate::objects::NodeKind;
 use crate::report::{Report, api_figures, event_figures};
 
 pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
@@ -32,15 +31,7 @@ pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
                 g.svc_created.len()
             )
         });
-        create_nodes(
-            env,
-            &track,
-            0..n,
-            |_| NodeKind::Initialised,
-            opts.concurrency,
-        )
-        .await;
-        create_services(env, &track, 0..m, true, opts.concurrency).await;
+        create_settled_cluster(env, &track, n, m, opts.concurrency).await;
     }
     let ccm = Ccm::start(env, opts, false).await;
     // Converged: the last change of the CCM's cloud calls (the start-up re-ensure of every
