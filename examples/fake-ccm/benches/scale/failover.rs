@@ -390,18 +390,12 @@ pub(crate) async fn failover(env: &Env, opts: &Opts) -> Report {
         );
     }
     let p = b.proc();
-    report.fig(
+    report.mb(
         "b_rss_mb",
         "B resident memory after its first minute",
-        json!(p.rss_kb as f64 / 1024.0),
-        format!("{:.1} MB", p.rss_kb as f64 / 1024.0),
+        p.rss_kb,
     );
-    report.fig(
-        "b_peak_rss_mb",
-        "B peak resident memory (VmHWM)",
-        json!(p.hwm_kb as f64 / 1024.0),
-        format!("{:.1} MB", p.hwm_kb as f64 / 1024.0),
-    );
+    report.mb("b_peak_rss_mb", "B peak resident memory (VmHWM)", p.hwm_kb);
     let after = fingerprints(env).await;
     let (nodes_written, nodes_changed) = compare(&before.0, &after.0);
     let (svcs_written, svcs_changed) = compare(&before.1, &after.1);

@@ -57,6 +57,12 @@ impl Report {
         });
     }
 
+    /// A memory figure given in KiB (as /proc reports it), shown in MB.
+    pub(crate) fn mb(&mut self, key: &str, label: &str, kb: u64) {
+        let mb = kb as f64 / 1024.0;
+        self.fig(key, label, json!(mb), format!("{mb:.1} MB"));
+    }
+
     pub(crate) fn secs(&mut self, key: &str, label: &str, d: Duration) {
         self.fig(
             key,
@@ -142,17 +148,11 @@ impl Report {
     }
 
     pub(crate) fn proc(&mut self, p: ProcStats) {
-        self.fig(
-            "ccm_rss_mb",
-            "CCM resident memory (VmRSS)",
-            json!(p.rss_kb as f64 / 1024.0),
-            format!("{:.1} MB", p.rss_kb as f64 / 1024.0),
-        );
-        self.fig(
+        self.mb("ccm_rss_mb", "CCM resident memory (VmRSS)", p.rss_kb);
+        self.mb(
             "ccm_peak_rss_mb",
             "CCM peak resident memory (VmHWM)",
-            json!(p.hwm_kb as f64 / 1024.0),
-            format!("{:.1} MB", p.hwm_kb as f64 / 1024.0),
+            p.hwm_kb,
         );
         self.fig(
             "ccm_cpu_s",
