@@ -83,7 +83,10 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
         let last_init = g.node_initialised.values().max().copied().unwrap_or(t0);
         (lat, last_created, last_init)
     };
-    let target_size = n >= 1000;
+    // The p99 target was set for 1,000 Nodes; at 100,000 the target is the time from
+    // the last creation to all initialised (below).
+    let target_size = (1000..100_000).contains(&n);
+    let at_100k = n >= 100_000;
     let mut sorted = lat.clone();
     sorted.sort();
     let p99 = percentile(&sorted, 0.99);
@@ -125,6 +128,17 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
             after_last <= Duration::from_secs(15),
             format!("{:.1} s over", after_last.as_secs_f64() - 15.0),
             target_size,
+        );
+    } else if at_100k && opts.quota.is_none() {
+        report.target(
+            "after_last_creation_s",
+            "last creation -> all initialised",
+            secs(after_last),
+            format!("{:.3} s", after_last.as_secs_f64()),
+            "<= 5 s at 100,000 nodes",
+            after_last <= Duration::from_secs(5),
+            format!("{:.1} s over", after_last.as_secs_f64() - 5.0),
+            true,
         );
     } else {
         report.secs(
@@ -236,7 +250,18 @@ pub(crate) fn cloud_quota_figures(
         format!("{:.1} % over", (share - 0.05) * 100.0),
         quota_5000,
     );
-    if quota_5000 && opts.batch {
+    if opts.quota == Some(20.0) && opts.nodes >= 100_000 && opts.batch {
+        report.target(
+            "after_last_creation_batch_target_s",
+            "last creation -> all initialised (target)",
+            secs(after_last),
+            format!("{:.3} s", after_last.as_secs_f64()),
+            "<= 60 s (100,000 nodes, 20 calls/s, batch)",
+            after_last <= Duration::from_secs(60),
+            format!("{:.1} s over", after_last.as_secs_f64() - 60.0),
+            true,
+        );
+    } else if quota_5000 && opts.batch {
         report.target(
             "after_last_creation_batch_target_s",
             "last creation -> all initialised (target)",

@@ -250,6 +250,20 @@ pub(crate) fn api_figures(
                 json!(writes(&reqs) as f64 / per.max(1) as f64),
                 format!("{:.3}", writes(&reqs) as f64 / per.max(1) as f64),
             );
+            let conflicts = reqs.iter().filter(|r| r.status == 409).count();
+            report.fig(
+                "api_conflicts",
+                "API conflicts (409 answers to the CCM)",
+                json!(conflicts),
+                format!("{conflicts}"),
+            );
+            let gets = reqs.iter().filter(|r| r.verb == "get").count();
+            report.fig(
+                "api_gets",
+                "API GETs by the CCM",
+                json!(gets),
+                format!("{gets}"),
+            );
             Some(total)
         }
         None => {
@@ -283,7 +297,7 @@ pub(crate) fn event_figures(
         &after.by("event_recorder_events_total", "result"),
         &before.by("event_recorder_events_total", "result"),
     );
-    for result in ["written", "dropped", "failed", "filtered"] {
+    for result in ["written", "sampled", "dropped", "failed", "filtered"] {
         let n = events.get(result).copied().unwrap_or(0.0);
         report.fig(
             &format!("events_{result}"),
