@@ -19,7 +19,8 @@ pub struct ServiceControllerArgs {
     #[arg(long, default_value = "1s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_window: Duration,
     /// While Nodes keep joining, the window for additions doubles from `--node-sync-window` up
-    /// to this; removals still go out within `--node-sync-window`.
+    /// to this; removals still go out within `--node-sync-window`. No widening while the
+    /// provider's hosts batch carries every load balancer in at most 3 calls.
     #[arg(long, default_value = "8s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_max_window: Duration,
 }

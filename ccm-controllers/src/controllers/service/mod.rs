@@ -28,7 +28,8 @@
 //!   change arrived for [`ServiceConfig::node_sync_window`] (at the latest five windows after
 //!   the first change of a burst), and every change until then joins that one pass. Additions
 //!   alone wait for a window that widens up to [`ServiceConfig::node_sync_max_window`] while
-//!   Nodes keep joining (`plan::NodeSyncTimer`). A pass
+//!   Nodes keep joining (`plan::NodeSyncTimer`), unless the provider's hosts batch carries
+//!   every load balancer in at most 3 calls (then each join gets its own pass). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   (`plan::nodes_sufficiently_equal`) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers, or, when the provider offers
@@ -120,7 +121,9 @@ pub struct ServiceConfig {
     /// `node_sync_window` up to this (see `plan::NodeSyncTimer`), so a trickle of joins
     /// costs each load balancer one update per window, not one per Node; removals still go out
     /// within `node_sync_window`. Default [`DEFAULT_NODE_SYNC_MAX_WINDOW`]; a value below
-    /// `node_sync_window` means no widening.
+    /// `node_sync_window` means no widening. The window does not widen either while the
+    /// provider's [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch) carries every
+    /// load balancer in at most 3 calls: a pass then costs too little to be worth a Node's wait.
     pub node_sync_max_window: Duration,
 }
 

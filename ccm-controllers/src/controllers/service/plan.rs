@@ -607,6 +607,19 @@ pub(crate) fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<Host
 /// A node-sync pass waits at most this many base windows after the first removal of a burst.
 pub(crate) const MAX_WINDOW_FACTOR: u32 = 5;
 
+/// The most `update_load_balancer_hosts` calls a pass over every load balancer may cost for
+/// the addition window to stay at the base window: widening trades each joining Node's wait
+/// for fewer calls, which is worth it when a pass costs one call per load balancer, not when
+/// the provider's batch carries every load balancer in a few calls (10,000 load balancers in
+/// 2 calls of 5,000: issue 25).
+pub(crate) const CHEAP_BATCHED_PASS_CALLS: usize = 3;
+
+/// The calls one node-sync pass over `load_balancers` costs through a hosts batch of
+/// `max_batch_size` (`0` counts as `1`, as the framework treats it).
+pub(crate) fn batched_pass_calls(load_balancers: usize, max_batch_size: usize) -> usize {
+    load_balancers.div_ceil(max_batch_size.max(1))
+}
+
 /// When the next node-sync pass runs (pure: driven with the current time).
 ///
 /// - **Removals** keep the base window (`--node-sync-window`): the pass runs once no change
@@ -623,6 +636,11 @@ pub(crate) const MAX_WINDOW_FACTOR: u32 = 5;
 /// current window, a Node joining every 2 s against the 1 s base never widened it (each join
 /// came 1 s after the pass of the previous one, never within it), and each joining Node cost
 /// every load balancer an update of its own, as in Go (issue 19).
+///
+/// The window does not widen while passes are cheap ([`NodeSyncTimer::passes_are_cheap`]:
+/// the provider's hosts batch carries every load balancer in at most
+/// [`CHEAP_BATCHED_PASS_CALLS`] calls): then each join reaches every load balancer within the
+/// base window.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeSyncTimer<I> {
     base: std::time::Duration,
@@ -635,6 +653,8 @@ pub(crate) struct NodeSyncTimer<I> {
     last_removal: Option<I>,
     /// A pass the provider asked to run again at this instant (a batch answered `Retry`).
     retry: Option<I>,
+    /// Passes cost so few calls that additions keep the base window.
+    cheap_passes: bool,
 }
 
 impl<I> NodeSyncTimer<I>
@@ -653,7 +673,15 @@ where
             first_removal: None,
             last_removal: None,
             retry: None,
+            cheap_passes: false,
         }
+    }
+
+    /// Whether a pass costs so few cloud calls (see [`CHEAP_BATCHED_PASS_CALLS`]) that
+    /// additions keep the base window instead of widening it. Takes effect from the next
+    /// addition; the node sync sets it after every pass.
+    pub(crate) fn passes_are_cheap(&mut self, cheap: bool) {
+        self.cheap_passes = cheap;
     }
 
     /// The current addition window.
@@ -667,9 +695,10 @@ where
         match change {
             HostChange::Addition => {
                 if self.first_addition.is_none() {
-                    let keeps_joining = self
-                        .last_addition_pass
-                        .is_some_and(|last| now < last + self.max);
+                    let keeps_joining = !self.cheap_passes
+                        && self
+                            .last_addition_pass
+                            .is_some_and(|last| now < last + self.max);
                     self.addition_window = if keeps_joining {
                         self.addition_window.saturating_mul(2).min(self.max)
                     } else {

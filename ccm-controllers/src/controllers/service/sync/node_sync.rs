@@ -121,6 +121,11 @@ pub(super) async fn node_sync_loop(
                 if let Some(after) = shared.node_sync_pass().await {
                     timer.retry_at(tokio::time::Instant::now() + after);
                 }
+                timer.passes_are_cheap(
+                    shared
+                        .batched_pass_calls()
+                        .is_some_and(|calls| calls <= plan::CHEAP_BATCHED_PASS_CALLS),
+                );
             }
             change = triggers.recv() => match change {
                 Some(change) => timer.change(change, tokio::time::Instant::now()),
@@ -189,6 +194,16 @@ impl Reconciler {
                 async move { shared.sync_hosts(&key).await }
             })
             .await;
+    }
+
+    /// The `update_load_balancer_hosts` calls a pass over every load balancer costs, or
+    /// `None` without the batch capability (one call per load balancer).
+    fn batched_pass_calls(&self) -> Option<usize> {
+        let batch = self.hosts_batch()?;
+        Some(plan::batched_pass_calls(
+            self.entries().len(),
+            batch.max_batch_size(),
+        ))
     }
 
     /// The provider's batch capability, unless it answered `NotImplemented` before.

@@ -155,3 +155,42 @@ fn a_batch_answered_retry_runs_the_next_pass_after_the_delay_and_none_before() {
     t.change(HostChange::Removal, ms(4000));
     assert_eq!(t.due(), Some(ms(4200)));
 }
+
+/// Issue 25: while the provider's hosts batch carries every load balancer in a few calls, the
+/// joins of issue 19's case (one every 2 s, base 1 s, maximum 8 s) keep the base window: one
+/// pass 1 s after each join instead of 5 widening passes, so the last Node reaches every load
+/// balancer 1 s after it joined, not up to 8 s.
+#[test]
+fn cheap_passes_keep_the_base_window() {
+    let mut t = NodeSyncTimer::new(ms(1000), ms(8000));
+    t.passes_are_cheap(true);
+    let joins: Vec<Duration> = (0..9).map(|n| ms(n * 2000)).collect();
+    let passes = passes_for_joins(&mut t, &joins);
+    assert_eq!(t.addition_window(), ms(1000));
+    let expected: Vec<Duration> = joins.iter().map(|j| *j + ms(1000)).collect();
+    assert_eq!(passes, expected);
+}
+
+/// Passes that become expensive again (load balancers added beyond the batch's few calls)
+/// widen the window from the next join on.
+#[test]
+fn passes_that_become_expensive_widen_again() {
+    let mut t = NodeSyncTimer::new(ms(1000), ms(8000));
+    t.passes_are_cheap(true);
+    t.change(HostChange::Addition, ms(0));
+    t.passed(ms(1000));
+    t.passes_are_cheap(false);
+    t.change(HostChange::Addition, ms(2000));
+    assert_eq!(t.addition_window(), ms(2000));
+}
+
+#[test]
+fn a_batched_pass_costs_one_call_per_max_batch_size_load_balancers() {
+    use crate::controllers::service::plan::{CHEAP_BATCHED_PASS_CALLS, batched_pass_calls};
+    assert_eq!(batched_pass_calls(10_000, 5_000), 2);
+    assert_eq!(batched_pass_calls(10_000, 100), 100);
+    assert_eq!(batched_pass_calls(10_001, 5_000), 3);
+    assert_eq!(batched_pass_calls(0, 100), 0);
+    assert_eq!(batched_pass_calls(5, 0), 5, "max_batch_size 0 counts as 1");
+    assert!(batched_pass_calls(10_000, 3_334) <= CHEAP_BATCHED_PASS_CALLS);
+}
