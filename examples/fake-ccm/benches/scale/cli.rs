@@ -126,6 +126,10 @@ pub(crate) struct Cli {
     pub(crate) ccm_wrapper: Option<String>,
 }
 
+/// The `RUST_LOG` directive that enables FakeCloud's "load balancers by host count" line
+/// (`ccm-testing/src/fake_cloud/host_counts.rs`).
+pub(crate) const HOST_COUNTS_DIRECTIVE: &str = "ccm_testing::fake_cloud::host_counts=debug";
+
 #[derive(Clone, Debug)]
 pub(crate) struct Opts {
     pub(crate) scenario: Scenario,
@@ -136,6 +140,9 @@ pub(crate) struct Opts {
     pub(crate) interval: f64,
     pub(crate) settle: f64,
     pub(crate) timeout: Duration,
+    /// `RUST_LOG` directives fake-ccm runs with on top of `info` (or of the harness's own
+    /// `RUST_LOG`): node-churn enables FakeCloud's load balancers by host count line.
+    pub(crate) ccm_log_directives: Vec<&'static str>,
     pub(crate) concurrency: usize,
     pub(crate) ccm_args: Vec<String>,
     pub(crate) ccm_wrapper: Option<String>,
@@ -175,6 +182,10 @@ impl Opts {
             interval: c.interval.unwrap_or(0.05),
             settle: c.settle.unwrap_or(60.0),
             timeout: Duration::from_secs_f64(c.timeout),
+            ccm_log_directives: match s {
+                Scenario::NodeChurn => vec![HOST_COUNTS_DIRECTIVE],
+                _ => Vec::new(),
+            },
             concurrency: c.create_concurrency.max(1),
             ccm_args: c.ccm_args.clone(),
             ccm_wrapper: c.ccm_wrapper.clone(),
