@@ -279,7 +279,10 @@ impl FakeCloud {
         if let Some(err) = st.fire_fault(op) {
             return Err(err);
         }
-        let result = f(&self.inner.config, &mut st)?;
+        let result = f(&self.inner.config, &mut st);
+        // After every call that changed some load balancer's hosts, also a failed one.
+        st.host_counts.log_if_changed();
+        let result = result?;
         if MUTATING.contains(&op) {
             self.persist(&st).map_err(CloudError::other)?;
         }

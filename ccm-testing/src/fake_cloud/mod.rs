@@ -55,6 +55,16 @@
 //! [`FakeCloud::call_count`], [`FakeCloud::call_log`], [`FakeCloud::calls_of`].
 //! [`FakeCloud::inject`] arms a [`Fault`] on one operation.
 //!
+//! A process running FakeCloud tells what its load balancers hold through its log: after every
+//! `ensure_load_balancer`, `update_load_balancer`, `update_load_balancer_hosts` or
+//! `ensure_load_balancer_deleted` call that changed some load balancer's hosts, one `debug`
+//! line of the target `ccm_testing::fake_cloud::host_counts` with the message
+//! `fake cloud: load balancers by host count` and the fields `load_balancers` (how many exist)
+//! and `by_host_count` (`<hosts>=<load balancers>` pairs, e.g. `50=190,51=10`; `none`), over
+//! every load balancer of any cluster name. The counts are kept as calls change them, so the
+//! line is cheap at any size. `RUST_LOG=info,ccm_testing::fake_cloud::host_counts=debug`
+//! enables it.
+//!
 //! A quota (`quota:`, [`QuotaConfig`]) limits calls per second overall and per operation; a
 //! call over it is answered at once (after its latency) with [`CloudError::Retry`](ccm_core::CloudError::Retry) carrying
 //! the time until a token frees, as a real cloud's 429 + Retry-After, and changes nothing.
@@ -178,7 +188,8 @@
 
 // The code is split by concern: the path every operation takes and the call log (`calls`),
 // instances (`instances`), load balancers (`load_balancers`), routes and the state file's view
-// of the cloud (`routes`), faults (`faults`), the quota (`quota`), the builder (`builder`), the
+// of the cloud (`routes`), the load balancers by host count and their debug line
+// (`host_counts`), faults (`faults`), the quota (`quota`), the builder (`builder`), the
 // configuration (`config`), the state file's format (`state_file`) and the `CloudProvider`
 // implementation that ties them together (`provider`). The stored state's types stay here, so
 // every part reads their fields.
@@ -186,6 +197,7 @@ mod builder;
 mod calls;
 mod config;
 mod faults;
+mod host_counts;
 mod instances;
 mod load_balancers;
 mod provider;
@@ -337,6 +349,8 @@ struct State {
     faults: BTreeMap<String, Vec<ArmedFault>>,
     load_balancers: BTreeMap<String, StoredLoadBalancer>,
     host_sets: HostSets,
+    /// The load balancers by host count, logged after every call that changes them.
+    host_counts: host_counts::HostCounts,
     routes: BTreeMap<String, StoredRoute>,
     latency: Duration,
     operation_latency: BTreeMap<String, Duration>,
@@ -585,5 +599,46 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(cloud.lock().host_sets.sets.len(), 1);
+    }
+
+    /// The load balancers by host count (the debug line's figures) follow every call that
+    /// changes hosts: ensure, update, the batch update and delete.
+    #[tokio::test]
+    async fn load_balancers_by_host_count_follow_every_change() {
+        let cloud = FakeCloud::builder().load_balancer_hosts_batch(true).build();
+        let provider = cloud.provider();
+        let lb = provider.load_balancer().unwrap();
+        let by_count = || cloud.lock().host_counts.by_count().clone();
+        let three = [node("a"), node("b"), node("c")];
+        let four = [node("a"), node("b"), node("c"), node("d")];
+        for name in ["one", "two"] {
+            lb.ensure_load_balancer("c", &service(name), &three)
+                .await
+                .unwrap();
+        }
+        assert_eq!(by_count(), [(3, 2)].into_iter().collect());
+        lb.update_load_balancer("c", &service("two"), &four)
+            .await
+            .unwrap();
+        assert_eq!(by_count(), [(3, 1), (4, 1)].into_iter().collect());
+        // Ensuring the same hosts again changes nothing.
+        lb.ensure_load_balancer("c", &service("one"), &three)
+            .await
+            .unwrap();
+        assert_eq!(by_count(), [(3, 1), (4, 1)].into_iter().collect());
+
+        let batch = provider.load_balancer_hosts_batch().unwrap();
+        let services = [Arc::new(service("one")), Arc::new(service("two"))];
+        batch
+            .update_load_balancer_hosts("c", &services, &four)
+            .await
+            .unwrap();
+        assert_eq!(by_count(), [(4, 2)].into_iter().collect());
+
+        lb.ensure_load_balancer_deleted("c", &service("one"))
+            .await
+            .unwrap();
+        assert_eq!(by_count(), [(4, 1)].into_iter().collect());
+        assert_eq!(cloud.lock().host_counts.summary(), "4=1");
     }
 }

@@ -462,7 +462,8 @@ impl LoadBalancer for FakeCloud {
                     .unwrap_or_default();
                 let ingress_ip = self.ingress_ip_for(st, &key)?;
                 let hosts = host_names(st, hosts);
-                st.load_balancers.insert(
+                let new_hosts = hosts.clone();
+                let replaced = st.load_balancers.insert(
                     key,
                     StoredLoadBalancer {
                         name: ccm_core::default_load_balancer_name(service),
@@ -472,6 +473,8 @@ impl LoadBalancer for FakeCloud {
                         ingress_ip,
                     },
                 );
+                st.host_counts
+                    .replace(replaced.as_ref().map(|lb| &lb.hosts), Some(&new_hosts));
                 Ok(self.ingress(ingress_ip))
             },
         )
@@ -502,7 +505,8 @@ impl LoadBalancer for FakeCloud {
                 }
                 let hosts = host_names(st, hosts);
                 if let Some(lb) = st.load_balancers.get_mut(&key) {
-                    lb.hosts = hosts;
+                    let old = std::mem::replace(&mut lb.hosts, hosts.clone());
+                    st.host_counts.replace(Some(&old), Some(&hosts));
                 }
                 Ok(())
             },
@@ -528,7 +532,9 @@ impl LoadBalancer for FakeCloud {
                     .is_some_and(|lb| lb.cluster_name == cluster_name)
                 {
                     // Its ingress IP is free again with it.
-                    st.load_balancers.remove(&key);
+                    if let Some(old) = st.load_balancers.remove(&key) {
+                        st.host_counts.replace(Some(&old.hosts), None);
+                    }
                 }
                 Ok(())
             },
@@ -718,7 +724,8 @@ impl LoadBalancerHostsBatch for FakeCloud {
                     .filter(|lb| lb.cluster_name == cluster_name)
                 {
                     Some(lb) => {
-                        lb.hosts = hosts.clone();
+                        let old = std::mem::replace(&mut lb.hosts, hosts.clone());
+                        st.host_counts.replace(Some(&old), Some(&hosts));
                         Ok(())
                     }
                     None => Err(CloudError::msg(format!(

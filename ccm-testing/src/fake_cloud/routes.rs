@@ -76,7 +76,8 @@ impl State {
         for (key, lb) in saved.load_balancers {
             let names: Vec<&str> = lb.hosts.iter().map(String::as_str).collect();
             let hosts = self.host_sets.intern(&names);
-            self.load_balancers.insert(
+            self.host_counts.replace(None, Some(&hosts));
+            let replaced = self.load_balancers.insert(
                 key,
                 StoredLoadBalancer {
                     name: lb.name,
@@ -86,6 +87,9 @@ impl State {
                     ingress_ip: lb.ingress_ip.and_then(|ip| ip.parse().ok()),
                 },
             );
+            if let Some(replaced) = replaced {
+                self.host_counts.replace(Some(&replaced.hosts), None);
+            }
         }
         for r in saved.routes {
             self.routes.insert(

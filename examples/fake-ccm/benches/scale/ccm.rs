@@ -255,6 +255,18 @@ impl Ccm {
             cmd.arg("--configure-cloud-routes=false");
         }
         cmd.args(&opts.ccm_args);
+        if !opts.ccm_log_directives.is_empty() {
+            // RUST_LOG wins over `-v`: on top of the harness's own RUST_LOG, else `info`.
+            let base = std::env::var("RUST_LOG")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| "info".to_owned());
+            let spec = std::iter::once(base.as_str())
+                .chain(opts.ccm_log_directives.iter().copied())
+                .collect::<Vec<_>>()
+                .join(",");
+            cmd.env("RUST_LOG", spec);
+        }
         let logfile = std::fs::File::create(&log).unwrap();
         let spawned = Instant::now();
         let child = cmd
@@ -311,13 +323,7 @@ impl Ccm {
     pub(crate) fn logged_at(&self, needle: &str) -> Option<jiff::Timestamp> {
         let log = std::fs::read_to_string(&self.log).ok()?;
         let line = log.lines().find(|l| l.contains(needle))?;
-        // Timestamps lead each line, possibly inside ANSI colour codes.
-        let start = line.find("20")?;
-        line[start..]
-            .split(|c: char| c.is_whitespace() || c == '\u{1b}')
-            .next()?
-            .parse()
-            .ok()
+        line_time(line)
     }
 
     pub(crate) async fn get(&self, path: &str) -> Result<String, kube::Error> {
@@ -454,3 +460,93 @@ impl Drop for CallWatch {
         self.task.abort();
     }
 }
+
+/// The timestamp leading a line of fake-ccm's log (UTC wall clock, as `jiff::Timestamp::now()`
+/// in the harness), possibly inside ANSI colour codes.
+pub(crate) fn line_time(line: &str) -> Option<jiff::Timestamp> {
+    let start = line.find("20")?;
+    line[start..]
+        .split(|c: char| c.is_whitespace() || c == '\u{1b}')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// A log line without its ANSI colour codes (`ESC [ ... m`).
+pub(crate) fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // Skip to the end of the escape sequence (its final letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reads fake-ccm's log as it grows: each call returns the complete lines written since the
+/// last one that contain a needle (a 100,000-Node run's log is too large to read whole at
+/// every poll).
+pub(crate) struct LogTail {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl LogTail {
+    /// From the start of `ccm`'s log.
+    pub(crate) fn new(ccm: &Ccm) -> LogTail {
+        LogTail {
+            path: ccm.log.clone(),
+            offset: 0,
+            partial: Vec::new(),
+        }
+    }
+
+    /// The new complete lines containing `needle`.
+    pub(crate) fn lines_containing(&mut self, needle: &str) -> Vec<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut buf = std::mem::take(&mut self.partial);
+        if let Ok(mut f) = std::fs::File::open(&self.path)
+            && f.seek(SeekFrom::Start(self.offset)).is_ok()
+            && let Ok(read) = f.read_to_end(&mut buf)
+        {
+            self.offset += read as u64;
+        }
+        let complete = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        self.partial = buf.split_off(complete);
+        String::from_utf8_lossy(&buf)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// FakeCloud's "load balancers by host count" line
+/// (`ccm-testing/src/fake_cloud/host_counts.rs`): its time and host count -> load balancers.
+pub(crate) fn host_counts_line(line: &str) -> Option<(jiff::Timestamp, BTreeMap<usize, usize>)> {
+    let line = strip_ansi(line);
+    let at = line_time(&line)?;
+    let field = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("by_host_count="))?;
+    let mut counts = BTreeMap::new();
+    if field != "none" {
+        for pair in field.trim_matches('"').split(',') {
+            let (hosts, lbs) = pair.split_once('=')?;
+            counts.insert(hosts.parse().ok()?, lbs.parse().ok()?);
+        }
+    }
+    Some((at, counts))
+}
+
+/// The message of that line.
+pub(crate) const HOST_COUNTS_MESSAGE: &str = "fake cloud: load balancers by host count";

@@ -100,6 +100,11 @@ pub(crate) struct Cli {
     /// Give up a phase after this many seconds.
     #[arg(long, default_value_t = 900.0)]
     pub(crate) timeout: f64,
+    /// steady: give up waiting for the CCM to go quiet before the window after this many
+    /// seconds and measure anyway (default: --timeout). Without the batch capability under a
+    /// quota the CCM never goes quiet at large sizes.
+    #[arg(long)]
+    pub(crate) settle_timeout: Option<f64>,
     /// Objects the harness creates concurrently.
     #[arg(long, default_value_t = 64)]
     pub(crate) create_concurrency: usize,
@@ -126,6 +131,10 @@ pub(crate) struct Cli {
     pub(crate) ccm_wrapper: Option<String>,
 }
 
+/// The `RUST_LOG` directive that enables FakeCloud's "load balancers by host count" line
+/// (`ccm-testing/src/fake_cloud/host_counts.rs`).
+pub(crate) const HOST_COUNTS_DIRECTIVE: &str = "ccm_testing::fake_cloud::host_counts=debug";
+
 #[derive(Clone, Debug)]
 pub(crate) struct Opts {
     pub(crate) scenario: Scenario,
@@ -136,6 +145,10 @@ pub(crate) struct Opts {
     pub(crate) interval: f64,
     pub(crate) settle: f64,
     pub(crate) timeout: Duration,
+    pub(crate) settle_timeout: Duration,
+    /// `RUST_LOG` directives fake-ccm runs with on top of `info` (or of the harness's own
+    /// `RUST_LOG`): node-churn enables FakeCloud's load balancers by host count line.
+    pub(crate) ccm_log_directives: Vec<&'static str>,
     pub(crate) concurrency: usize,
     pub(crate) ccm_args: Vec<String>,
     pub(crate) ccm_wrapper: Option<String>,
@@ -175,6 +188,11 @@ impl Opts {
             interval: c.interval.unwrap_or(0.05),
             settle: c.settle.unwrap_or(60.0),
             timeout: Duration::from_secs_f64(c.timeout),
+            settle_timeout: Duration::from_secs_f64(c.settle_timeout.unwrap_or(c.timeout)),
+            ccm_log_directives: match s {
+                Scenario::NodeChurn => vec![HOST_COUNTS_DIRECTIVE],
+                _ => Vec::new(),
+            },
             concurrency: c.create_concurrency.max(1),
             ccm_args: c.ccm_args.clone(),
             ccm_wrapper: c.ccm_wrapper.clone(),
@@ -205,6 +223,12 @@ impl Opts {
             Scenario::Steady | Scenario::Shadow => {
                 m.insert("services".into(), json!(self.services));
                 m.insert("settle_s".into(), json!(self.settle));
+                if self.scenario == Scenario::Steady && self.settle_timeout != self.timeout {
+                    m.insert(
+                        "settle_timeout_s".into(),
+                        json!(self.settle_timeout.as_secs_f64()),
+                    );
+                }
             }
             Scenario::Failover => {
                 m.insert("services".into(), json!(self.services));
