@@ -73,10 +73,15 @@ impl Reconciler {
         let started = Instant::now();
         let nodes = self.ctx.nodes.list();
         {
-            // Forget "gone" records of nodes that were deleted or replaced.
-            let present: HashMap<String, String> =
-                nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
-            lock(&self.first_gone).retain(|name, (u, _)| present.get(name) == Some(u));
+            // Forget "gone" records of nodes that were deleted or replaced. The map of every
+            // Node's name and UID is built only when there is a record to check (none in a
+            // healthy cluster: 2.8 MB a pass at 20,000 Nodes otherwise).
+            let mut first_gone = lock(&self.first_gone);
+            if !first_gone.is_empty() {
+                let present: HashMap<String, String> =
+                    nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
+                first_gone.retain(|name, (u, _)| present.get(name) == Some(u));
+            }
         }
         // With a batching provider, the Nodes to check are asked in `describe_instances`
         // calls of up to `max_batch_size` Nodes (existence and shutdown in one answer). A
