@@ -342,3 +342,65 @@ async fn lifecycle_checks_in_batches_and_never_deletes_a_node_missing_from_the_a
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
+
+/// Issue 25: a refresh pass that cannot fit the period says so while it runs. 8 Nodes, one
+/// address refresh at a time, 1 s per `instance_metadata`: a pass takes at least 8 s against
+/// a 2 s period. The gauge shows the stretched period from the first check after the period
+/// (5 s into the pass), while some of the Nodes have not been asked yet, not only when the pass
+/// ends (at 100,000 Nodes under a quota that would be after 83 minutes).
+#[tokio::test]
+async fn a_refresh_pass_past_the_period_shows_the_stretched_period_while_it_runs() {
+    let t = Test::start().await;
+    let names: Vec<String> = (0..8).map(|i| t.name(&format!("slow{i}"))).collect();
+    for name in &names {
+        t.create(&t.initialized_node(name).build()).await;
+    }
+    let fake = FakeCloud::builder()
+        .operation_latency("instance_metadata", Duration::from_secs(1))
+        .build();
+    let running = t
+        .run_cloud_node(fake.provider(), {
+            let mut config = CloudNodeConfig::default();
+            config.status_update_frequency = Duration::from_secs(2);
+            config.status_update_workers = 1;
+            config
+        })
+        .await;
+    let period = |text: &str| -> Option<f64> {
+        text.lines()
+            .find(|l| l.starts_with("node_controller_address_refresh_period_seconds "))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    // Registered when the controller starts, at the configured period.
+    assert!(
+        eventually(TIMEOUT, || async {
+            period(&running.metrics()) == Some(2.0)
+        })
+        .await,
+        "no refresh period gauge at the configured 2 s"
+    );
+    let asked = || {
+        fake.call_log()
+            .into_iter()
+            .filter(|c| c.operation == "instance_metadata" && names.contains(&c.subject))
+            .count()
+    };
+    assert!(
+        eventually(TIMEOUT, || async {
+            period(&running.metrics()).is_some_and(|p| p > 2.0)
+        })
+        .await,
+        "the gauge never showed a stretched period"
+    );
+    let stretched = period(&running.metrics()).unwrap_or_default();
+    let asked_then = asked();
+    assert!(
+        asked_then < names.len(),
+        "the period showed {stretched} s only after all {asked_then} Nodes were asked: the pass had ended"
+    );
+    // Projected from the progress: at least the 5 s elapsed at the first check.
+    assert!(stretched >= 5.0, "{stretched}");
+    running.stop().await.unwrap();
+    t.cluster.cleanup().await;
+}

@@ -38,6 +38,7 @@ mod shadow;
 mod sync;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -216,6 +217,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     .into_iter()
                     .partition(|n| !plan::has_uninitialized_taint(n));
                 let count = initialised.len();
+                let total = count + tainted.len();
                 let batching = instance_batch::batches(ctx.cloud.as_ref());
                 let tainted = futures::stream::iter(tainted.into_iter().map(|n| (n, None)));
                 // With a batching provider, the initialised Nodes' addresses come from
@@ -238,19 +240,40 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                         .chain(tainted)
                         .boxed()
                 };
-                nodes
+                let refreshed = AtomicUsize::new(0);
+                let pass = nodes
                     .take_until(ctx.shutdown.cancelled())
                     .for_each_concurrent(workers, |(node, answer)| {
-                        let (shared, queue) = (shared.clone(), queue.clone());
+                        let (shared, queue, refreshed) =
+                            (shared.clone(), queue.clone(), &refreshed);
                         async move {
                             shared.refresh_addresses(&node, answer).await;
+                            refreshed.fetch_add(1, Ordering::Relaxed);
                             // And the label reconcile, as Go's UpdateNodeStatus does.
                             if queue_labels {
                                 queue.add(node.name_any());
                             }
                         }
-                    })
-                    .await;
+                    });
+                // A pass that overruns the period says so while it runs (`refresh.rs`).
+                let mut check = tokio::time::interval_at(
+                    started + refresh::RUNNING_CHECK,
+                    refresh::RUNNING_CHECK,
+                );
+                tokio::pin!(pass);
+                loop {
+                    tokio::select! {
+                        () = &mut pass => break,
+                        _ = check.tick() => {
+                            achieved.running(
+                                started.elapsed(),
+                                refreshed.load(Ordering::Relaxed),
+                                total,
+                                batching,
+                            );
+                        }
+                    }
+                }
                 achieved.pass_done(started.elapsed(), count, batching);
             }
         }))
