@@ -345,9 +345,10 @@ async fn lifecycle_checks_in_batches_and_never_deletes_a_node_missing_from_the_a
 
 /// Issue 25: a refresh pass that cannot fit the period says so while it runs. 8 Nodes, one
 /// address refresh at a time, 1 s per `instance_metadata`: a pass takes at least 8 s against
-/// a 2 s period. The gauge shows the stretched period from the first check after the period
-/// (5 s into the pass), while some of the Nodes have not been asked yet, not only when the pass
-/// ends (at 100,000 Nodes under a quota that would be after 83 minutes).
+/// a 2 s period. The gauge shows the stretched period (the pass's time so far) from the first
+/// check after the period (5 s into the pass), while some of the Nodes have not been asked
+/// yet, not only when the pass ends (at 100,000 Nodes under a quota that would be after 83
+/// minutes).
 #[tokio::test]
 async fn a_refresh_pass_past_the_period_shows_the_stretched_period_while_it_runs() {
     let t = Test::start().await;
@@ -399,7 +400,7 @@ async fn a_refresh_pass_past_the_period_shows_the_stretched_period_while_it_runs
         asked_then < names.len(),
         "the period showed {stretched} s only after all {asked_then} Nodes were asked: the pass had ended"
     );
-    // Projected from the progress: at least the 5 s elapsed at the first check.
+    // The pass's time at the first check: 5 s.
     assert!(stretched >= 5.0, "{stretched}");
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
