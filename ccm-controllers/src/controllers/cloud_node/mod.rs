@@ -217,7 +217,6 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     .into_iter()
                     .partition(|n| !plan::has_uninitialized_taint(n));
                 let count = initialised.len();
-                let total = count + tainted.len();
                 let batching = instance_batch::batches(ctx.cloud.as_ref());
                 let tainted = futures::stream::iter(tainted.into_iter().map(|n| (n, None)));
                 // With a batching provider, the initialised Nodes' addresses come from
@@ -268,7 +267,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                             achieved.running(
                                 started.elapsed(),
                                 refreshed.load(Ordering::Relaxed),
-                                total,
+                                count,
                                 batching,
                             );
                         }

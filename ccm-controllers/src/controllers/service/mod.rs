@@ -29,7 +29,8 @@
 //!   the first change of a burst), and every change until then joins that one pass. Additions
 //!   alone wait for a window that widens up to [`ServiceConfig::node_sync_max_window`] while
 //!   Nodes keep joining (`plan::NodeSyncTimer`), unless the provider's hosts batch carries
-//!   every load balancer in at most 3 calls (then each join gets its own pass). A pass
+//!   every load balancer in at most 3 calls (then each join gets a pass within the base window;
+//!   joins within one window share it). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   (`plan::nodes_sufficiently_equal`) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers, or, when the provider offers

@@ -200,8 +200,11 @@ impl Reconciler {
     /// `None` without the batch capability (one call per load balancer).
     fn batched_pass_calls(&self) -> Option<usize> {
         let batch = self.hosts_batch()?;
+        // Entries of Services without a load balancer can only make the count larger: the
+        // old, widening behaviour.
+        let load_balancers = self.entries().len();
         Some(plan::batched_pass_calls(
-            self.entries().len(),
+            load_balancers,
             batch.max_batch_size(),
         ))
     }
