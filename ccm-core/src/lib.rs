@@ -19,7 +19,9 @@
 //! - Capabilities: [`InstancesV2`] (preferred) or the legacy [`Instances`] + [`Zones`] for the
 //!   node controllers, with the optional [`InstancesBatch`] (many Nodes per cloud call);
 //!   [`LoadBalancer`] for `type: LoadBalancer` Services, with the optional
-//!   [`LoadBalancerHostsBatch`] (the hosts of many load balancers per cloud call); [`Routes`] for
+//!   [`LoadBalancerHostsBatch`] (the hosts of many load balancers per cloud call), serving the
+//!   [`LoadBalancerClasses`] the provider declares (by default Services without a class, as
+//!   in Go); [`Routes`] for
 //!   pod-CIDR routes; [`Clusters`] (never called by the framework).
 //! - Each method's documentation states its contract: what "not found" means, whether it must
 //!   be idempotent, and what the framework does with each answer.
@@ -170,6 +172,7 @@
 
 #![warn(missing_docs)]
 
+mod classes;
 mod error;
 mod helpers;
 mod provider;
@@ -177,6 +180,7 @@ pub mod registry;
 mod types;
 pub mod well_known;
 
+pub use classes::{LoadBalancerClassError, LoadBalancerClasses, check_load_balancer_class};
 pub use error::{BoxError, CloudError};
 pub use helpers::{
     SourceRangeError, default_load_balancer_name, health_check_path_port, is_allow_all,

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 #[cfg(doc)]
 use crate::InstanceAnswer;
 use crate::{
-    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerHostsAnswers, LoadBalancerStatus,
-    Node, NodeAddress, Route, Service, Zone,
+    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerClasses, LoadBalancerHostsAnswers,
+    LoadBalancerStatus, Node, NodeAddress, Route, Service, Zone,
 };
 
 /// The result of every provider method.
@@ -101,7 +101,10 @@ impl InitContext {
 /// - `instances_v2` or `instances` is needed for the cloud-node and node-lifecycle controllers;
 ///   when both are `None` they are not started (logged, not fatal). `instances_v2` wins when both
 ///   are offered, and then [`zones`](CloudProvider::zones) is never called.
-/// - `load_balancer` `None` means the service controller is not started.
+/// - `load_balancer` `None` means the service controller is not started (unless
+///   `load_balancer_for_class` offers an implementation for every declared class).
+/// - `load_balancer_classes` says which Services the service controller serves: by default
+///   those without `spec.loadBalancerClass`, as in Go.
 /// - `routes` `None` means the route controller is not started.
 /// - `instances_batch` is optional and used only together with `instances_v2`: where it helps
 ///   (many Nodes to look up at once), the framework asks it instead of one `instances_v2` call
@@ -154,7 +157,9 @@ pub trait CloudProvider: Send + Sync + 'static {
         None
     }
 
-    /// The load-balancer capability, for `type: LoadBalancer` Services.
+    /// The load-balancer capability, for `type: LoadBalancer` Services: the implementation
+    /// of Services without a class, and of every class when
+    /// [`load_balancer_for_class`](CloudProvider::load_balancer_for_class) is not overridden.
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
         None
     }
@@ -164,6 +169,49 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// Defaults to `None`.
     fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
         None
+    }
+
+    /// The load-balancer classes the provider serves, and whether it serves Services without
+    /// `spec.loadBalancerClass`. The default, [`LoadBalancerClasses::without_class`], is Go's
+    /// behaviour: Services without a class only (a Service of any class is left to the
+    /// controller of that class). Read once, at startup.
+    ///
+    /// The operator may narrow or rename what one binary serves with
+    /// `--load-balancer-classes` (two instances of one CCM can each serve one class); the
+    /// framework then asks [`load_balancer_for_class`](CloudProvider::load_balancer_for_class)
+    /// with the class *declared here* that the operator mapped the Service's class to.
+    fn load_balancer_classes(&self) -> LoadBalancerClasses {
+        LoadBalancerClasses::default()
+    }
+
+    /// The load-balancer implementation of one declared class (`None`: Services without a
+    /// class), for a provider that serves classes with different implementations (say a
+    /// network and an application load balancer). Called only with an entry of
+    /// [`load_balancer_classes`](CloudProvider::load_balancer_classes). Defaults to
+    /// [`load_balancer`](CloudProvider::load_balancer) for every class: a provider with one
+    /// implementation overrides nothing but `load_balancer_classes`.
+    ///
+    /// Pick the implementation from `class`, not from the Service's
+    /// `spec.loadBalancerClass`: an operator's `--load-balancer-classes` may serve a declared
+    /// class under another name.
+    fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {
+        let _ = class;
+        self.load_balancer()
+    }
+
+    /// The hosts batch of one declared class's implementation (see
+    /// [`load_balancer_for_class`](CloudProvider::load_balancer_for_class)). Defaults to
+    /// [`load_balancer_hosts_batch`](CloudProvider::load_balancer_hosts_batch) for every
+    /// class. The framework never puts Services of two classes in one batch call. Override it
+    /// when `load_balancer_for_class` returns different implementations and the batch serves
+    /// only some of them (return `None` for the others: they get single
+    /// `update_load_balancer` calls).
+    fn load_balancer_hosts_batch_for_class(
+        &self,
+        class: Option<&str>,
+    ) -> Option<&dyn LoadBalancerHostsBatch> {
+        let _ = class;
+        self.load_balancer_hosts_batch()
     }
 
     /// The route capability, for pod-CIDR routes in the cloud's route table.
@@ -394,8 +442,9 @@ pub trait Zones: Send + Sync {
 
 /// Cloud load balancers for `type: LoadBalancer` Services (Go's `LoadBalancer`).
 ///
-/// The framework calls these only for Services it handles (`spec.type: LoadBalancer` without
-/// `spec.loadBalancerClass`), after it has put the `service.kubernetes.io/load-balancer-cleanup`
+/// The framework calls these only for Services it serves (`spec.type: LoadBalancer` and a
+/// `spec.loadBalancerClass` the provider declares in
+/// [`CloudProvider::load_balancer_classes`]; by default no class, as in Go), after it has put the `service.kubernetes.io/load-balancer-cleanup`
 /// finalizer on the Service. Treat the Service as read-only. `cluster_name` is `--cluster-name`;
 /// include it in the names or tags of what you create so two clusters in one account never
 /// adopt each other's load balancers.

@@ -4,7 +4,16 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::controllers::service::ServedClass;
 use crate::machinery::go_syntax::parse_go_duration;
+
+/// The value of `--load-balancer-classes`: the classes served, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadBalancerClassList(pub Vec<ServedClass>);
+
+fn parse_load_balancer_classes(value: &str) -> Result<LoadBalancerClassList, String> {
+    ServedClass::parse_list(value).map(LoadBalancerClassList)
+}
 
 /// Flags of the service (load balancer) controller.
 #[derive(Args, Clone, Debug)]
@@ -23,4 +32,13 @@ pub struct ServiceControllerArgs {
     /// provider's hosts batch carries every load balancer in at most 3 calls.
     #[arg(long, default_value = "8s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_sync_max_window: Duration,
+    /// The `type: LoadBalancer` Services this binary serves, by `spec.loadBalancerClass`: a
+    /// comma-separated list of CLASS (served by the provider's implementation of that class)
+    /// or CLASS=PROVIDER_CLASS (served by the implementation of another class the provider
+    /// declares); `-` stands for Services without a class. Default: every class the provider
+    /// declares, which for most providers means Services without a class only (Go's
+    /// behaviour). E.g. `-,acme.example/internal`, or `team-b.example/lb=-` for a second
+    /// instance serving one class with the default implementation.
+    #[arg(long, value_parser = parse_load_balancer_classes, value_name = "CLASSES")]
+    pub load_balancer_classes: Option<LoadBalancerClassList>,
 }

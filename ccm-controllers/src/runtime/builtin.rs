@@ -148,18 +148,9 @@ fn node_lifecycle_controller() -> ControllerEntry {
 
 /// `service-lb-controller` (`service`): load balancers for `type: LoadBalancer` Services.
 fn service_controller() -> ControllerEntry {
-    use crate::controllers::service::{ALIAS, NAME, ServiceConfig};
+    use crate::controllers::service::{ALIAS, NAME};
     ControllerEntry::new(NAME, |ctx, args| async move {
-        let o = &args.options;
-        crate::controllers::service::run(
-            ctx,
-            ServiceConfig {
-                workers: o.service_workers(),
-                node_sync_window: o.node_sync_window(),
-                node_sync_max_window: o.node_sync_max_window(),
-            },
-        )
-        .await
+        crate::controllers::service::run(ctx, args.options.service_config()).await
     })
     .alias(ALIAS)
     .client("service-controller")

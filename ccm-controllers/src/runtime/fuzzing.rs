@@ -10,26 +10,31 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, Service};
 use crate::controllers::cloud_node::plan as cloud_node_plan;
 use crate::controllers::node_ipam::plan::{CidrSet, Pool};
 use crate::controllers::route::plan as route_plan;
+use crate::controllers::service::classes::ServedClasses;
 use crate::controllers::service::plan as service_plan;
 
 /// The service controller's reading of a Service (and of a change from `old` to `new`): what
 /// it decides, whether it queues it, whether it cleans up, and what triggers an update.
 pub fn service(old: &Service, new: &Service) {
+    let go = ServedClasses::default();
     for s in [old, new] {
-        let wants = service_plan::wants_load_balancer(s);
-        let cleanup = service_plan::needs_cleanup(s);
-        let _ = service_plan::should_enqueue_add(s);
-        let decided = service_plan::decide(s, false);
+        let wants = service_plan::wants_load_balancer(s, &go);
+        let cleanup = service_plan::needs_cleanup(s, &go);
+        let _ = service_plan::should_enqueue_add(s, &go);
+        let decided = service_plan::decide(s, false, &go);
         // Nothing is deleted in the cloud for a Service that never got our finalizer.
         if !service_plan::has_cleanup_finalizer(s) {
             assert_ne!(decided, service_plan::Decision::Delete, "{s:?}");
         }
         assert!(!(wants && cleanup && !service_plan::is_being_deleted(s)));
-        let _ = service_plan::decide(s, true);
+        let _ = service_plan::decide(s, true, &go);
     }
-    let _ = service_plan::update_trigger(old, new);
+    let _ = service_plan::update_trigger(old, new, &go);
     // A Service compared with itself never triggers an update.
-    assert!(service_plan::update_trigger(new, new).is_none(), "{new:?}");
+    assert!(
+        service_plan::update_trigger(new, new, &go).is_none(),
+        "{new:?}"
+    );
 }
 
 /// The cloud-node controller's reading of a Node's `alpha.kubernetes.io/provided-node-ip`

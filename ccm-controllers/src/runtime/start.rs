@@ -57,6 +57,7 @@ where
         let provider = self.build_provider(&options)?;
         check_cluster_id(&options, provider.as_ref())?;
         check_routes(&options, &enabled, provider.as_ref())?;
+        check_load_balancer_classes(&options, &enabled, provider.as_ref())?;
         crate::runtime::builtin::check_node_ipam(&options, &mut enabled, &self.cidr_allocators)
             .map_err(|e| fail(format_args!("{e}")))?;
 
@@ -342,6 +343,29 @@ fn check_routes(
             "{e}; the route controller (--configure-cloud-routes=true) needs a valid --cluster-cidr; to run without cloud routes pass --configure-cloud-routes=false"
         ))),
     }
+}
+
+/// The classes `--load-balancer-classes` names (or, without it, those the provider declares)
+/// must be ones the provider declares, when the service controller would run: a bad value
+/// exits before leader election, naming the problem.
+fn check_load_balancer_classes(
+    options: &Options,
+    enabled: &[ControllerEntry],
+    provider: &dyn CloudProvider,
+) -> Result<(), Exit> {
+    let service_enabled = enabled
+        .iter()
+        .any(|e| e.name == crate::controllers::service::NAME);
+    // A provider without any load balancer: the controller is skipped (logged) anyway.
+    let has_load_balancer = provider
+        .load_balancer_classes()
+        .entries()
+        .any(|class| provider.load_balancer_for_class(class).is_some());
+    if !service_enabled || !has_load_balancer {
+        return Ok(());
+    }
+    crate::controllers::service::check_load_balancer_classes(provider, &options.service_config())
+        .map_err(|e| fail(format_args!("{e}")))
 }
 
 /// The provider behind the cloud-call budget (`--cloud-api-qps`, `--cloud-api-burst`,

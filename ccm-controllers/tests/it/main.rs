@@ -32,6 +32,7 @@ mod runtime_cluster;
 mod secure_serving;
 mod service;
 mod service_accounts;
+mod service_classes;
 mod service_hosts_batch;
 mod service_leaks;
 mod service_nodes;

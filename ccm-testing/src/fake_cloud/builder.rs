@@ -119,6 +119,14 @@ impl FakeCloudBuilder {
         self
     }
 
+    /// The load-balancer classes the provider declares (`load_balancer_classes`): `-` for
+    /// Services without a class, else a class name; e.g. `&["-", "fake.example/internal"]`.
+    /// Default `["-"]` (Services without a class only, as Go).
+    pub fn load_balancer_classes(mut self, classes: &[&str]) -> Self {
+        self.config.load_balancer_classes = classes.iter().map(|c| (*c).to_owned()).collect();
+        self
+    }
+
     /// Offer [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch) or not (default
     /// off; it needs `load_balancer`).
     pub fn load_balancer_hosts_batch(mut self, on: bool) -> Self {

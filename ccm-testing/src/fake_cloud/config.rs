@@ -112,6 +112,12 @@ pub struct FakeCloudConfig {
     pub clusters: Vec<String>,
     /// Which capabilities the provider offers.
     pub capabilities: Capabilities,
+    /// The load-balancer classes the provider declares
+    /// ([`CloudProvider::load_balancer_classes`](ccm_core::CloudProvider::load_balancer_classes)),
+    /// written as `--load-balancer-classes` writes them: `-` for Services without a class,
+    /// else a class name. Default `["-"]`: Services without a class only, as Go. One
+    /// implementation serves them all; the class of each load balancer is kept in its state.
+    pub load_balancer_classes: Vec<String>,
     /// The most Nodes one `describe_instances` call, and the most Services one
     /// `update_load_balancer_hosts` call, accepts (default 100); a larger batch fails.
     pub max_batch_size: usize,
@@ -155,6 +161,7 @@ impl Default for FakeCloudConfig {
             track_node_addresses: false,
             clusters: vec!["kubernetes".into()],
             capabilities: Capabilities::default(),
+            load_balancer_classes: vec![NO_CLASS.into()],
             max_batch_size: 100,
             quota: QuotaConfig::default(),
             call_log_limit: DEFAULT_CALL_LOG_LIMIT,
@@ -516,6 +523,11 @@ pub enum FakeCloudConfigError {
     /// `lb_ip` is not an IP address.
     #[error("fake cloud config: lb_ip {0:?} is not an IP address")]
     InvalidLbIp(String),
+    /// An entry of `load_balancer_classes` is not a valid class (nor `-`).
+    #[error(
+        "fake cloud config: load_balancer_classes: {0} (write \"-\" for Services without a class)"
+    )]
+    InvalidLoadBalancerClass(ccm_core::LoadBalancerClassError),
     /// `lb_ip_range` is not a CIDR.
     #[error("fake cloud config: lb_ip_range {0:?} is not a CIDR (e.g. 203.0.113.0/24)")]
     InvalidLbIpRange(String),
@@ -560,7 +572,28 @@ pub enum FakeCloudConfigError {
     },
 }
 
+/// How `load_balancer_classes` writes "Services without a class" (as the
+/// `--load-balancer-classes` flag does).
+pub const NO_CLASS: &str = "-";
+
 impl FakeCloudConfig {
+    /// `load_balancer_classes` as the provider declares them.
+    pub fn declared_load_balancer_classes(
+        &self,
+    ) -> Result<ccm_core::LoadBalancerClasses, FakeCloudConfigError> {
+        let mut classes = ccm_core::LoadBalancerClasses::none();
+        for entry in &self.load_balancer_classes {
+            if entry == NO_CLASS {
+                classes = classes.and_without_class();
+            } else {
+                ccm_core::check_load_balancer_class(entry)
+                    .map_err(FakeCloudConfigError::InvalidLoadBalancerClass)?;
+                classes = classes.with_class(entry.clone());
+            }
+        }
+        Ok(classes)
+    }
+
     /// Checks the configuration: regular expressions compile, operation names exist, `lb_ip` is
     /// an IP address, probabilities are in range.
     pub fn validate(&self) -> Result<(), FakeCloudConfigError> {
@@ -617,6 +650,7 @@ impl FakeCloudConfig {
         if self.max_batch_size == 0 {
             return Err(FakeCloudConfigError::InvalidMaxBatchSize);
         }
+        self.declared_load_balancer_classes()?;
         let rates = self
             .quota
             .overall

@@ -14,6 +14,9 @@ use super::{FakeCloud, State};
 pub struct LoadBalancerState {
     /// The load balancer's name: [`ccm_core::default_load_balancer_name`] of the Service.
     pub name: String,
+    /// The Service's `spec.loadBalancerClass` at the last ensure (`None`: without a class).
+    #[serde(default)]
+    pub class: Option<String>,
     /// The names of the backend Nodes, sorted, each once.
     pub hosts: Vec<String>,
     /// The Service's ports (`spec.ports[].port`) at the last ensure.

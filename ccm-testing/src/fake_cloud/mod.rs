@@ -121,6 +121,8 @@
 //! state_file: /tmp/fake-cloud.json # keep load balancers and routes across restarts
 //! track_node_addresses: true     # list_routes sets enable_node_addresses (default false)
 //! clusters: [prod]               # answered by list_clusters (default [kubernetes])
+//! load_balancer_classes: ["-", fake.example/internal] # classes served ("-": Services
+//!                                # without a class; default ["-"], as Go)
 //! capabilities:                  # switch capabilities on and off (defaults shown)
 //!   instances_v2: true
 //!   instances: true              # legacy v1 Instances (default false)
@@ -218,8 +220,8 @@ use regex::Regex;
 pub use builder::FakeCloudBuilder;
 pub use calls::{CallArgs, CallRecord};
 pub use config::{
-    Capabilities, DEFAULT_CALL_LOG_LIMIT, FakeCloudConfig, FakeCloudConfigError, Fault, NodeAnswer,
-    OPERATIONS, QuotaConfig, Rate,
+    Capabilities, DEFAULT_CALL_LOG_LIMIT, FakeCloudConfig, FakeCloudConfigError, Fault, NO_CLASS,
+    NodeAnswer, OPERATIONS, QuotaConfig, Rate,
 };
 use faults::arm;
 pub use load_balancers::LoadBalancerState;
@@ -287,6 +289,7 @@ enum ArmedFault {
 #[derive(Clone, Debug)]
 struct StoredLoadBalancer {
     name: String,
+    class: Option<String>,
     hosts: Arc<[String]>,
     ports: Vec<i32>,
     cluster_name: String,
@@ -297,6 +300,7 @@ impl StoredLoadBalancer {
     fn to_state(&self) -> LoadBalancerState {
         LoadBalancerState {
             name: self.name.clone(),
+            class: self.class.clone(),
             hosts: self.hosts.to_vec(),
             ports: self.ports.clone(),
             cluster_name: self.cluster_name.clone(),

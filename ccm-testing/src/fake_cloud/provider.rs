@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
-    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerClasses,
     LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress,
     ProviderId, Route, Routes, Service, Zone, Zones,
 };
@@ -138,6 +138,14 @@ impl CloudProvider for FakeCloud {
             .capabilities
             .load_balancer
             .then_some(self as &dyn LoadBalancer)
+    }
+
+    fn load_balancer_classes(&self) -> LoadBalancerClasses {
+        // Checked when the cloud was built (`FakeCloudConfig::validate`).
+        self.inner
+            .config
+            .declared_load_balancer_classes()
+            .unwrap_or_default()
     }
 
     fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
@@ -467,6 +475,10 @@ impl LoadBalancer for FakeCloud {
                     key,
                     StoredLoadBalancer {
                         name: ccm_core::default_load_balancer_name(service),
+                        class: service
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.load_balancer_class.clone()),
                         hosts,
                         ports,
                         cluster_name: cluster_name.to_owned(),

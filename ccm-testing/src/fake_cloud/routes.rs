@@ -81,6 +81,7 @@ impl State {
                 key,
                 StoredLoadBalancer {
                     name: lb.name,
+                    class: lb.class,
                     hosts,
                     ports: lb.ports,
                     cluster_name: lb.cluster_name,

@@ -1,8 +1,17 @@
-//! The service controller's metrics, with Go's names (§4.4 / §8.1 of the reference).
+//! The service controller's metrics: Go's (§4.4 / §8.1 of the reference), with Go's names
+//! and labels, and two of ours that carry the load-balancer class.
+//!
+//! The class is a label only on our own metrics: its values are the classes this controller
+//! serves (`""` for Services without a class), a handful set by the provider and the operator,
+//! never one per Service, so the series stay few. Go's metrics keep their label sets, so
+//! existing dashboards and alerts read the same.
 
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use crate::machinery::metrics::MetricsRegistry;
@@ -12,9 +21,37 @@ fn node_sync_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(1.0, 2.0, 15)
 }
 
+/// The labels of `service_controller_served_load_balancer_class`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ServedClassLabels {
+    /// The Services' `spec.loadBalancerClass` (`""`: Services without a class).
+    pub(crate) class: String,
+    /// The provider's declared class whose implementation serves them (`""`: its
+    /// implementation for Services without a class).
+    pub(crate) provider_class: String,
+}
+
+/// The labels of `service_controller_load_balancer_operations_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OperationLabels {
+    /// The Service's `spec.loadBalancerClass` (`""`: without a class, or no longer a
+    /// LoadBalancer).
+    pub(crate) class: String,
+    /// `ensure`, `update` (hosts, node sync) or `delete`.
+    pub(crate) operation: &'static str,
+    /// `success`, `error` or `retry` (the provider asked to be called again later).
+    pub(crate) result: &'static str,
+}
+
 /// The service controller's metric family.
 #[derive(Clone, Debug)]
 pub(crate) struct ServiceMetrics {
+    /// `service_controller_served_load_balancer_class{class,provider_class}`: 1 for each
+    /// class served (which instance serves what, when several share a cluster).
+    pub(crate) served_classes: Family<ServedClassLabels, Gauge>,
+    /// `service_controller_load_balancer_operations_total{class,operation,result}`: the
+    /// outcome of each ensure, host update and delete of a load balancer, by class.
+    pub(crate) operations: Family<OperationLabels, Counter>,
     /// `service_controller_loadbalancer_sync_total`: every `update_load_balancer` attempt.
     pub(crate) loadbalancer_sync: Counter,
     /// `service_controller_nodesync_error_total`: failed host updates.
@@ -30,6 +67,8 @@ impl ServiceMetrics {
     /// Creates the metrics and registers them in `registry` (once per controller run).
     pub(crate) fn register(registry: &MetricsRegistry) -> Self {
         let m = ServiceMetrics {
+            served_classes: Family::default(),
+            operations: Family::default(),
             loadbalancer_sync: Counter::default(),
             nodesync_error: Counter::default(),
             nodesync_latency: Histogram::new(node_sync_buckets()),
@@ -56,7 +95,33 @@ impl ServiceMetrics {
             "A metric measuring the latency for updating each load balancer hosts",
             m.update_host_latency.clone(),
         );
+        registry.register(
+            "service_controller_served_load_balancer_class",
+            "The load-balancer classes this controller serves (1 each; class \"\" is Services without a class), with the provider class whose implementation serves them",
+            m.served_classes.clone(),
+        );
+        registry.register(
+            "service_controller_load_balancer_operations",
+            "Load-balancer ensures, host updates and deletions by Service load-balancer class and result (success, error, retry)",
+            m.operations.clone(),
+        );
         m
+    }
+
+    /// Counts one load-balancer operation of a Service of `class`.
+    pub(crate) fn operation(
+        &self,
+        class: Option<&str>,
+        operation: &'static str,
+        result: &'static str,
+    ) {
+        self.operations
+            .get_or_create(&OperationLabels {
+                class: class.unwrap_or_default().to_owned(),
+                operation,
+                result,
+            })
+            .inc();
     }
 
     pub(crate) fn observe(histogram: &Histogram, d: Duration) {
@@ -76,6 +141,8 @@ mod tests {
         m.nodesync_error.inc();
         ServiceMetrics::observe(&m.nodesync_latency, Duration::from_millis(1500));
         ServiceMetrics::observe(&m.update_host_latency, Duration::from_millis(10));
+        m.operation(Some("acme.example/a"), "ensure", "success");
+        m.operation(None, "delete", "error");
         let text = registry.encode().unwrap();
         for needle in [
             "service_controller_loadbalancer_sync_total 1",
@@ -83,6 +150,8 @@ mod tests {
             "service_controller_nodesync_latency_seconds_bucket{le=\"2.0\"} 1",
             "service_controller_nodesync_latency_seconds_bucket{le=\"16384.0\"} 1",
             "service_controller_update_loadbalancer_host_latency_seconds_count 1",
+            "service_controller_load_balancer_operations_total{class=\"acme.example/a\",operation=\"ensure\",result=\"success\"} 1",
+            "service_controller_load_balancer_operations_total{class=\"\",operation=\"delete\",result=\"error\"} 1",
         ] {
             assert!(text.contains(needle), "{needle} missing in:\n{text}");
         }

@@ -1,9 +1,23 @@
 //! The service load-balancer controller (`service-lb-controller`, Go's
 //! `k8s.io/cloud-provider/controllers/service`).
 //!
-//! For every `type: LoadBalancer` Service without `spec.loadBalancerClass` it keeps a cloud
+//! For every `type: LoadBalancer` Service of a load-balancer class it serves it keeps a cloud
 //! load balancer through the provider's [`LoadBalancer`](ccm_core::LoadBalancer) capability,
 //! writes its address to `status.loadBalancer.ingress`, and deletes it when the Service goes.
+//!
+//! # Load-balancer classes
+//!
+//! The classes served are the provider's
+//! [`load_balancer_classes`](ccm_core::CloudProvider::load_balancer_classes) (by default
+//! Services without `spec.loadBalancerClass` only, as Go), or the operator's
+//! `--load-balancer-classes` ([`ServiceConfig::load_balancer_classes`]), which may narrow them
+//! or serve a declared class's implementation under another class name. Each Service is served
+//! by the implementation of its class
+//! ([`load_balancer_for_class`](ccm_core::CloudProvider::load_balancer_for_class)). A
+//! LoadBalancer Service of a class not served is never touched (finalizer, cloud calls,
+//! status, node sync), even when it carries the cleanup finalizer: every instance of this
+//! framework uses that one finalizer, so only the class says whose a Service is. The rules are
+//! in `classes.rs` and `plan::decide`.
 //!
 //! # How it works
 //!
@@ -51,7 +65,11 @@
 //! - `Retry` is honoured on every path (Go: only on ensure) and emits no warning event.
 //! - A Node update triggers a sync when its full eligibility flips (Go: only the exclusion
 //!   label), so autoscaler-tainted Nodes leave load balancers at once.
-//! - A Service with our finalizer but a `loadBalancerClass` is cleaned up; a Service that lacks
+//! - A LoadBalancer Service of a class not served is left alone even while being deleted with
+//!   our finalizer (Go cleans up any Service being deleted with its finalizer: with classes,
+//!   the finalizer is shared by the instances serving them, see above); one this controller
+//!   handled before it became another class's (through a type change) has its load balancer
+//!   deleted, as Go does. A Service that lacks
 //!   the finalizer and was never handled is not sent to the cloud on deletion or type change
 //!   (see `plan::decide`); a Service that vanished while handled is cleaned up even if it no
 //!   longer wanted a load balancer when last seen.
@@ -63,6 +81,7 @@
 //!   a round trip. A failed test is retried on a fresh GET (`services get`, which Go's
 //!   unguarded strategic-merge patch does not need).
 
+pub(crate) mod classes;
 mod cloud;
 pub(crate) mod metrics;
 mod patch;
@@ -71,6 +90,8 @@ mod sync;
 
 use std::time::Duration;
 
+use self::classes::ServedClasses;
+pub use self::classes::{NO_CLASS, ServedClass};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 
@@ -126,6 +147,12 @@ pub struct ServiceConfig {
     /// provider's [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch) carries every
     /// load balancer in at most 3 calls: a pass then costs too little to be worth a Node's wait.
     pub node_sync_max_window: Duration,
+    /// `--load-balancer-classes`: the classes served, each with the provider's declared class
+    /// whose implementation serves it. `None` (the default, and Go's behaviour): every class
+    /// the provider declares in
+    /// [`load_balancer_classes`](ccm_core::CloudProvider::load_balancer_classes), under its own
+    /// name. Each `provider_class` must be one the provider declares.
+    pub load_balancer_classes: Option<Vec<ServedClass>>,
 }
 
 /// Default of [`ServiceConfig::node_sync_max_window`]: 8 s. From the 1 s base the window
@@ -140,6 +167,7 @@ impl Default for ServiceConfig {
             workers: DEFAULT_WORKERS,
             node_sync_window: DEFAULT_NODE_SYNC_WINDOW,
             node_sync_max_window: DEFAULT_NODE_SYNC_MAX_WINDOW,
+            load_balancer_classes: None,
         }
     }
 }
@@ -157,20 +185,50 @@ impl ServiceConfig {
     }
 }
 
+/// The classes `config` serves with `provider`: its `load_balancer_classes`, or else what the
+/// provider declares. The error names the problem (an undeclared or invalid class).
+pub fn check_load_balancer_classes(
+    provider: &dyn ccm_core::CloudProvider,
+    config: &ServiceConfig,
+) -> Result<(), ControllerError> {
+    served_classes(provider, config).map(|_| ())
+}
+
+fn served_classes(
+    provider: &dyn ccm_core::CloudProvider,
+    config: &ServiceConfig,
+) -> Result<ServedClasses, ControllerError> {
+    ServedClasses::resolve(
+        &provider.load_balancer_classes(),
+        config.load_balancer_classes.as_deref(),
+    )
+    .map_err(|message| ControllerError::Config {
+        controller: NAME,
+        message,
+    })
+}
+
 /// Runs the service controller until `ctx.shutdown` fires, then lets in-flight syncs finish.
 ///
 /// Returns [`ControllerError::MissingCapability`] when the provider has no load-balancer
-/// capability, [`ControllerError::Config`] for an invalid `config`, and
-/// [`ControllerError::NotSynced`] if the shared informers stop before their first list.
+/// implementation for a class served, [`ControllerError::Config`] for an invalid `config`
+/// (including a class the provider does not declare), and [`ControllerError::NotSynced`] if
+/// the shared informers stop before their first list.
 pub async fn run(ctx: ControllerContext, config: ServiceConfig) -> Result<(), ControllerError> {
     config.validate()?;
-    if ctx.cloud.load_balancer().is_none() {
-        return Err(ControllerError::MissingCapability {
-            controller: NAME,
-            capability: "load_balancer",
-        });
+    let classes = served_classes(ctx.cloud.as_ref(), &config)?;
+    for provider_class in classes.provider_classes() {
+        if ctx.cloud.load_balancer_for_class(provider_class).is_none() {
+            return Err(ControllerError::MissingCapability {
+                controller: NAME,
+                capability: match provider_class {
+                    None => "load_balancer",
+                    Some(_) => "load_balancer_for_class",
+                },
+            });
+        }
     }
-    sync::run(ctx, config).await
+    sync::run(ctx, config, classes).await
 }
 
 #[cfg(test)]

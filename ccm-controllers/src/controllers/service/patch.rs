@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
+use super::classes::ServedClasses;
 use super::plan::{self, Decision};
 
 /// How often a write that hit a conflict is retried on a fresh read within one sync.
@@ -78,6 +79,7 @@ async fn fresh_read(
 pub(super) async fn add_finalizer(
     api: &Api<Service>,
     service: &Arc<Service>,
+    classes: &ServedClasses,
 ) -> Result<Arc<Service>, WriteError> {
     let name = service.name_any();
     let mut current = service.clone();
@@ -101,7 +103,7 @@ pub(super) async fn add_finalizer(
                     return Err(WriteError::Gone);
                 };
                 if fresh.metadata.uid != service.metadata.uid
-                    || plan::decide(&fresh, true) != Decision::Ensure
+                    || plan::decide(&fresh, true, classes) != Decision::Ensure
                 {
                     return Err(WriteError::Changed(fresh));
                 }
@@ -124,6 +126,7 @@ pub(super) async fn add_finalizer(
 pub(super) async fn remove_finalizer(
     api: &Api<Service>,
     service: &Arc<Service>,
+    classes: &ServedClasses,
 ) -> Result<bool, WriteError> {
     let name = service.name_any();
     let mut current = service.clone();
@@ -154,7 +157,7 @@ pub(super) async fn remove_finalizer(
                     // business.
                     return Ok(true);
                 }
-                if plan::decide(&fresh, true) == Decision::Ensure {
+                if plan::decide(&fresh, true, classes) == Decision::Ensure {
                     // It wants a load balancer again: keep the finalizer and ensure.
                     return Err(WriteError::Changed(fresh));
                 }
@@ -252,7 +255,9 @@ mod tests {
         .await
         .unwrap();
         server.clear_requests();
-        let written = add_finalizer(&api, &read).await.unwrap();
+        let written = add_finalizer(&api, &read, &ServedClasses::default())
+            .await
+            .unwrap();
         assert_eq!(finalizers(&written), [FINALIZER_LOAD_BALANCER_CLEANUP]);
         assert_eq!(written.labels().get("team").map(String::as_str), Some("x"));
         assert_eq!(requests(&server), ["patch services/status 200"]);
@@ -267,7 +272,11 @@ mod tests {
         let read = Arc::new(api.get("web").await.unwrap());
         merge(&api, "web", json!({"metadata": {"labels": {"team": "y"}}})).await;
         server.clear_requests();
-        assert!(!remove_finalizer(&api, &read).await.unwrap());
+        assert!(
+            !remove_finalizer(&api, &read, &ServedClasses::default())
+                .await
+                .unwrap()
+        );
         assert_eq!(requests(&server), ["patch services/status 200"]);
         let now = api.get("web").await.unwrap();
         assert!(finalizers(&now).is_empty());
@@ -288,7 +297,9 @@ mod tests {
         )
         .await;
         server.clear_requests();
-        let written = add_finalizer(&api, &read).await.unwrap();
+        let written = add_finalizer(&api, &read, &ServedClasses::default())
+            .await
+            .unwrap();
         assert_eq!(
             finalizers(&written),
             ["example.com/x", FINALIZER_LOAD_BALANCER_CLEANUP]
@@ -310,9 +321,12 @@ mod tests {
             json!({"spec": {"type": "ClusterIP", "externalTrafficPolicy": null}}),
         )
         .await;
-        match add_finalizer(&api, &read).await {
+        match add_finalizer(&api, &read, &ServedClasses::default()).await {
             Err(WriteError::Changed(fresh)) => {
-                assert!(!plan::wants_load_balancer(&fresh));
+                assert!(!plan::wants_load_balancer(
+                    &fresh,
+                    &ServedClasses::default()
+                ));
             }
             other => panic!("{other:?}"),
         }
@@ -333,7 +347,11 @@ mod tests {
         )
         .await;
         server.clear_requests();
-        assert!(!remove_finalizer(&api, &read).await.unwrap());
+        assert!(
+            !remove_finalizer(&api, &read, &ServedClasses::default())
+                .await
+                .unwrap()
+        );
         assert_eq!(
             finalizers(&api.get("a").await.unwrap()),
             ["example.com/y", "example.com/x"]
@@ -348,7 +366,9 @@ mod tests {
         );
 
         // Removal while the Service became a LoadBalancer again: the finalizer stays.
-        add_finalizer(&api, &create(&api, "c").await).await.unwrap();
+        add_finalizer(&api, &create(&api, "c").await, &ServedClasses::default())
+            .await
+            .unwrap();
         merge(
             &api,
             "c",
@@ -357,9 +377,12 @@ mod tests {
         .await;
         let read_as_cluster_ip = Arc::new(api.get("c").await.unwrap());
         merge(&api, "c", json!({"spec": {"type": "LoadBalancer"}})).await;
-        match remove_finalizer(&api, &read_as_cluster_ip).await {
+        match remove_finalizer(&api, &read_as_cluster_ip, &ServedClasses::default()).await {
             Err(WriteError::Changed(fresh)) => {
-                assert_eq!(plan::decide(&fresh, true), Decision::Ensure);
+                assert_eq!(
+                    plan::decide(&fresh, true, &ServedClasses::default()),
+                    Decision::Ensure
+                );
             }
             other => panic!("{other:?}"),
         }

@@ -18,18 +18,33 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
+use super::classes::{ServedClasses, class_of};
+
 /// `spec.type` of the Services this controller handles.
 pub(crate) const TYPE_LOAD_BALANCER: &str = "LoadBalancer";
 
 /// How many node names an `UpdateLoadBalancerFailed` event lists (Go's `maxNodeNamesToLog`).
 pub(crate) const MAX_NODE_NAMES_TO_LOG: usize = 20;
 
-/// Whether this controller handles the Service: `spec.type == LoadBalancer` and no
-/// `spec.loadBalancerClass` (any class, whatever its value, belongs to another controller).
-pub(crate) fn wants_load_balancer(service: &Service) -> bool {
-    service.spec.as_ref().is_some_and(|spec| {
-        spec.type_.as_deref() == Some(TYPE_LOAD_BALANCER) && spec.load_balancer_class.is_none()
-    })
+/// Whether the Service is `type: LoadBalancer`.
+pub(crate) fn is_load_balancer(service: &Service) -> bool {
+    service
+        .spec
+        .as_ref()
+        .is_some_and(|spec| spec.type_.as_deref() == Some(TYPE_LOAD_BALANCER))
+}
+
+/// Whether this controller serves the Service: `spec.type == LoadBalancer` and a
+/// `spec.loadBalancerClass` it serves (Go: no class; here the provider's declared classes,
+/// narrowed or renamed by `--load-balancer-classes`, see [`ServedClasses`]).
+pub(crate) fn wants_load_balancer(service: &Service, classes: &ServedClasses) -> bool {
+    is_load_balancer(service) && classes.serves_class(class_of(service))
+}
+
+/// Whether the Service is a LoadBalancer of a class another controller serves: never touched,
+/// whatever finalizer it carries (see [`decide`]).
+pub(crate) fn is_foreign_load_balancer(service: &Service, classes: &ServedClasses) -> bool {
+    is_load_balancer(service) && !classes.serves_class(class_of(service))
 }
 
 /// Whether the Service carries the `service.kubernetes.io/load-balancer-cleanup` finalizer.
@@ -46,17 +61,23 @@ pub(crate) fn is_being_deleted(service: &Service) -> bool {
     service.metadata.deletion_timestamp.is_some()
 }
 
-/// Whether the Service's load balancer must be cleaned up: it carries the cleanup finalizer and
-/// is being deleted or no longer wants a load balancer from this controller.
+/// Whether the Service's load balancer must be cleaned up (Go's `needsCleanup`): it carries
+/// the cleanup finalizer and is no longer a LoadBalancer, or is one of a class this
+/// controller serves and is being deleted.
 ///
-/// Go's `needsCleanup` checks deletion and `type != LoadBalancer` only. Here "no longer wants
-/// one" also covers a Service that carries our finalizer but has a `spec.loadBalancerClass`
-/// (the class is immutable on a LoadBalancer Service, so this happens only when a Service
-/// changes type to LoadBalancer *with* a class after having been ours): the finalizer proves a
-/// load balancer of ours may exist, and a class means it is not ours to keep, so it is deleted
-/// rather than leaked. Go reaches the same delete branch for such a Service once it is queued.
-pub(crate) fn needs_cleanup(service: &Service) -> bool {
-    has_cleanup_finalizer(service) && (is_being_deleted(service) || !wants_load_balancer(service))
+/// A LoadBalancer of a class another controller serves is never cleaned up here, even being
+/// deleted with the finalizer: every instance of this framework (one per class, say) puts the
+/// same finalizer on the Services it serves, so the finalizer does not say whose it is; the
+/// class does (`spec.loadBalancerClass` cannot change while the Service stays a
+/// LoadBalancer). Go cleans up any Service with the finalizer that is being deleted, which is
+/// the same thing while no one else uses its finalizer: it serves Services without a class
+/// only. A type change away from LoadBalancer clears the class (the API server drops it), so
+/// there nothing says whose it was and, as in Go, every instance deletes what its cloud has
+/// for the Service (it wants none now) and removes the finalizer.
+pub(crate) fn needs_cleanup(service: &Service, classes: &ServedClasses) -> bool {
+    has_cleanup_finalizer(service)
+        && (!is_load_balancer(service)
+            || (is_being_deleted(service) && wants_load_balancer(service, classes)))
 }
 
 /// Why a Service update triggers a sync (Go's `needsUpdate`), with the Normal event Go emits
@@ -134,8 +155,15 @@ fn ports_equal_for_lb(old: &Service, new: &Service) -> bool {
 ///
 /// `nil` and empty lists/maps are treated as equal (Go's `reflect.DeepEqual` distinguishes
 /// them, but the API server never round-trips an empty list differently from a missing one).
-pub(crate) fn update_trigger(old: &Service, new: &Service) -> Option<UpdateTrigger> {
-    let (old_wants, new_wants) = (wants_load_balancer(old), wants_load_balancer(new));
+pub(crate) fn update_trigger(
+    old: &Service,
+    new: &Service,
+    classes: &ServedClasses,
+) -> Option<UpdateTrigger> {
+    let (old_wants, new_wants) = (
+        wants_load_balancer(old, classes),
+        wants_load_balancer(new, classes),
+    );
     if !old_wants && !new_wants {
         return None;
     }
@@ -246,8 +274,8 @@ pub(crate) fn update_trigger(old: &Service, new: &Service) -> Option<UpdateTrigg
 /// or needs cleanup (Go's add handler; this is what makes every LoadBalancer Service be
 /// re-ensured on every start, and a Service deleted while the controller was down be cleaned
 /// up).
-pub(crate) fn should_enqueue_add(service: &Service) -> bool {
-    wants_load_balancer(service) || needs_cleanup(service)
+pub(crate) fn should_enqueue_add(service: &Service, classes: &ServedClasses) -> bool {
+    wants_load_balancer(service, classes) || needs_cleanup(service, classes)
 }
 
 /// What to do with a Service found in the cache.
@@ -264,8 +292,13 @@ pub(crate) enum Decision {
 /// What to do with `service`. `previously_handled` says the controller has handled this
 /// Service (same UID) as a load balancer since it started and not yet cleaned up after it.
 ///
-/// - wants a load balancer and is not being deleted → [`Decision::Ensure`];
-/// - otherwise (being deleted, type changed, class set), if the finalizer is present or the
+/// - wants a load balancer (a class this controller serves) and is not being deleted →
+///   [`Decision::Ensure`];
+/// - a LoadBalancer of a class another controller serves → [`Decision::Skip`], whatever
+///   finalizer it carries (see [`needs_cleanup`]), unless this controller handled it (then
+///   it went through another type since, and the load balancer this controller made is
+///   deleted: Go's "wants flipped" path);
+/// - otherwise (being deleted, type changed), if the finalizer is present or the
 ///   controller handled it → [`Decision::Delete`] (Go's delete branch);
 /// - otherwise → [`Decision::Skip`]: the finalizer is always added before anything is created
 ///   in the cloud, so without it and without a record of handling the Service there is no load
@@ -273,9 +306,19 @@ pub(crate) enum Decision {
 ///   finalizer, which the API server refuses, since no finalizer may be added to an object
 ///   being deleted; and it would call the cloud for every Service whose type flipped away
 ///   from LoadBalancer before it ever got one.)
-pub(crate) fn decide(service: &Service, previously_handled: bool) -> Decision {
-    if wants_load_balancer(service) && !is_being_deleted(service) {
+pub(crate) fn decide(
+    service: &Service,
+    previously_handled: bool,
+    classes: &ServedClasses,
+) -> Decision {
+    if wants_load_balancer(service, classes) && !is_being_deleted(service) {
         Decision::Ensure
+    } else if is_foreign_load_balancer(service, classes) {
+        if previously_handled {
+            Decision::Delete
+        } else {
+            Decision::Skip
+        }
     } else if has_cleanup_finalizer(service) || previously_handled {
         Decision::Delete
     } else {

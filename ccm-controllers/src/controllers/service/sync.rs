@@ -15,8 +15,9 @@ use kube::api::Api;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use super::classes::{ServedClasses, class_of, note_with_class};
 use super::cloud::{self, CallError};
-use super::metrics::ServiceMetrics;
+use super::metrics::{ServedClassLabels, ServiceMetrics};
 use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError};
 use super::plan::{self, Decision, HostKey};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
@@ -78,6 +79,8 @@ enum Step {
 struct Reconciler {
     ctx: ControllerContext,
     config: ServiceConfig,
+    /// The load-balancer classes served, each with its provider implementation.
+    classes: ServedClasses,
     queue: WorkQueue<String>,
     recorder: EventRecorder,
     metrics: ServiceMetrics,
@@ -100,6 +103,7 @@ fn key_of(service: &Service) -> String {
 pub(super) async fn run(
     ctx: ControllerContext,
     config: ServiceConfig,
+    classes: ServedClasses,
 ) -> Result<(), ControllerError> {
     // Every Service in the store at start arrives once, as an add, on its subscription: each
     // LoadBalancer Service is ensured and each pending cleanup runs, once. The Nodes at start
@@ -115,7 +119,17 @@ pub(super) async fn run(
     };
     node_changes.skip_initial();
     let metrics = ServiceMetrics::register(&ctx.metrics);
+    for (class, provider_class) in classes.routes() {
+        metrics
+            .served_classes
+            .get_or_create(&ServedClassLabels {
+                class: class.unwrap_or_default().to_owned(),
+                provider_class: provider_class.unwrap_or_default().to_owned(),
+            })
+            .set(1);
+    }
     let shared = Arc::new(Reconciler {
+        classes,
         queue: ctx.queue(QUEUE_NAME, Backoff::SERVICE),
         recorder: ctx.recorder(EVENT_COMPONENT),
         metrics,
@@ -129,6 +143,7 @@ pub(super) async fn run(
         controller = NAME,
         workers = shared.config.workers,
         node_sync_window = ?shared.config.node_sync_window,
+        load_balancer_classes = %shared.classes.describe(),
         "starting"
     );
 
@@ -164,7 +179,7 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
         let Some(change) = change else { return };
         match change {
             Change::Applied { old: None, new } => {
-                if plan::should_enqueue_add(&new) {
+                if plan::should_enqueue_add(&new, &shared.classes) {
                     shared.queue.add(key_of(&new));
                 }
             }
@@ -172,12 +187,12 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
                 old: Some(old),
                 new,
             } => {
-                if let Some(trigger) = plan::update_trigger(&old, &new) {
+                if let Some(trigger) = plan::update_trigger(&old, &new, &shared.classes) {
                     if let Some((reason, note)) = trigger.event {
                         shared.recorder.normal(&*new, reason, note);
                     }
                     shared.queue.add(key_of(&new));
-                } else if plan::needs_cleanup(&new) {
+                } else if plan::needs_cleanup(&new, &shared.classes) {
                     shared.queue.add(key_of(&new));
                 }
             }
@@ -189,7 +204,7 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
             }
             Change::Resync => {
                 for service in shared.ctx.services.list() {
-                    if plan::should_enqueue_add(&service) {
+                    if plan::should_enqueue_add(&service, &shared.classes) {
                         shared.queue.add(key_of(&service));
                     }
                 }
@@ -202,8 +217,28 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Servi
 }
 
 impl Reconciler {
-    fn lb(&self) -> Option<&dyn LoadBalancer> {
-        self.ctx.cloud.load_balancer()
+    /// The provider's implementation for its declared `provider_class`.
+    fn lb_for(&self, provider_class: Option<&str>) -> Option<&dyn LoadBalancer> {
+        self.ctx.cloud.load_balancer_for_class(provider_class)
+    }
+
+    /// The implementation serving `service`'s class, if this controller serves it.
+    pub(super) fn lb_serving(&self, service: &Service) -> Option<&dyn LoadBalancer> {
+        self.lb_for(self.classes.provider_class(class_of(service))?)
+    }
+
+    /// The implementations that may hold the load balancer of `service`, being cleaned up
+    /// ([`ServedClasses::cleanup_provider_classes`]).
+    fn lbs_for_cleanup(
+        &self,
+        service: &Service,
+        handled: Option<&Service>,
+    ) -> Vec<&dyn LoadBalancer> {
+        self.classes
+            .cleanup_provider_classes(service, handled)
+            .into_iter()
+            .filter_map(|c| self.lb_for(c))
+            .collect()
     }
 
     fn cluster(&self) -> &str {
@@ -289,25 +324,35 @@ impl Reconciler {
     /// Go's `processLoadBalancerDelete`: delete the load balancer of a Service object that is
     /// no longer current (vanished, or replaced by a new UID).
     async fn delete_load_balancer_of(&self, service: &Service) -> Result<(), Step> {
-        let Some(lb) = self.lb() else {
+        let lbs = self.lbs_for_cleanup(service, Some(service));
+        if lbs.is_empty() {
             return Err(Step::Failed);
-        };
-        self.recorder
-            .normal(service, "DeletingLoadBalancer", "Deleting load balancer");
-        match cloud::delete(lb, self.cluster(), service).await {
-            Ok(()) | Err(CallError::Elsewhere) => {}
-            Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
-            Err(CallError::Failed(error)) => {
-                self.recorder.warning(
-                    service,
-                    "DeleteLoadBalancerFailed",
-                    format!("Error deleting load balancer: {error}"),
-                );
-                return Err(Step::Failed);
+        }
+        self.recorder.normal(
+            service,
+            "DeletingLoadBalancer",
+            note_with_class("Deleting load balancer", service),
+        );
+        for lb in lbs {
+            match cloud::delete(lb, self.cluster(), service).await {
+                Ok(()) | Err(CallError::Elsewhere) => {}
+                Err(CallError::Retry(after)) => {
+                    self.metrics.operation(class_of(service), "delete", "retry");
+                    return Err(Step::Retry(after));
+                }
+                Err(CallError::Failed(error)) => {
+                    self.metrics.operation(class_of(service), "delete", "error");
+                    return Err(self.delete_failed(service, error));
+                }
             }
         }
-        self.recorder
-            .normal(service, "DeletedLoadBalancer", "Deleted load balancer");
+        self.metrics
+            .operation(class_of(service), "delete", "success");
+        self.recorder.normal(
+            service,
+            "DeletedLoadBalancer",
+            note_with_class("Deleted load balancer", service),
+        );
         Ok(())
     }
 
@@ -327,7 +372,7 @@ impl Reconciler {
                 self.delete_load_balancer_of(&old).await?;
                 entry.forget();
             }
-            let step = match plan::decide(&service, entry.handled.is_some()) {
+            let step = match plan::decide(&service, entry.handled.is_some(), &self.classes) {
                 Decision::Skip => {
                     entry.forget();
                     return Ok(());
@@ -337,8 +382,14 @@ impl Reconciler {
                     self.ensure(entry, &service).await
                 }
                 Decision::Delete => {
-                    entry.handled = Some(service.clone());
-                    let result = self.delete(&service).await;
+                    // The class it was handled under says which implementation holds its
+                    // load balancer; the record keeps that class until the cleanup is done.
+                    let handled = match entry.handled.take() {
+                        Some(old) if plan::wants_load_balancer(&old, &self.classes) => old,
+                        _ => service.clone(),
+                    };
+                    entry.handled = Some(handled.clone());
+                    let result = self.delete(&service, &handled).await;
                     if result.is_ok() {
                         entry.forget();
                     }
@@ -377,16 +428,36 @@ impl Reconciler {
         Step::Failed
     }
 
+    /// Counts an ensure or delete outcome by the Service's class.
+    fn count(&self, service: &Service, operation: &'static str, result: &Result<(), Step>) {
+        let result = match result {
+            Ok(()) | Err(Step::Gone) => "success",
+            Err(Step::Retry(_)) => "retry",
+            Err(Step::Failed) => "error",
+            Err(Step::Restart(_)) => return,
+        };
+        self.metrics.operation(class_of(service), operation, result);
+    }
+
     /// The ensure branch.
     async fn ensure(&self, entry: &mut Entry, service: &Arc<Service>) -> Result<(), Step> {
-        let Some(lb) = self.lb() else {
+        let result = self.ensure_inner(entry, service).await;
+        self.count(service, "ensure", &result);
+        result
+    }
+
+    async fn ensure_inner(&self, entry: &mut Entry, service: &Arc<Service>) -> Result<(), Step> {
+        let Some(lb) = self.lb_serving(service) else {
             return Err(Step::Failed);
         };
-        self.recorder
-            .normal(&**service, "EnsuringLoadBalancer", "Ensuring load balancer");
+        self.recorder.normal(
+            &**service,
+            "EnsuringLoadBalancer",
+            note_with_class("Ensuring load balancer", service),
+        );
         // The finalizer goes on before anything exists in the cloud.
         let api = self.api(&service.namespace().unwrap_or_default());
-        let service = match patch::add_finalizer(&api, service).await {
+        let service = match patch::add_finalizer(&api, service, &self.classes).await {
             Ok(s) => s,
             Err(WriteError::Gone) => return Err(Step::Gone),
             Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
@@ -422,42 +493,58 @@ impl Reconciler {
                 );
             }
         };
-        self.recorder
-            .normal(&*service, "EnsuredLoadBalancer", "Ensured load balancer");
+        self.recorder.normal(
+            &*service,
+            "EnsuredLoadBalancer",
+            note_with_class("Ensured load balancer", &service),
+        );
         self.write_status(&service, &status).await
     }
 
-    /// The delete branch.
-    async fn delete(&self, service: &Arc<Service>) -> Result<(), Step> {
-        let Some(lb) = self.lb() else {
+    /// The delete branch. `handled` is the Service as last handled as a load balancer (its
+    /// class says which implementation holds the load balancer), else `service` itself.
+    async fn delete(&self, service: &Arc<Service>, handled: &Service) -> Result<(), Step> {
+        let result = self.delete_inner(service, handled).await;
+        self.count(handled, "delete", &result);
+        result
+    }
+
+    async fn delete_inner(&self, service: &Arc<Service>, handled: &Service) -> Result<(), Step> {
+        let lbs = self.lbs_for_cleanup(service, Some(handled));
+        if lbs.is_empty() {
             return Err(Step::Failed);
-        };
-        match cloud::exists(lb, self.cluster(), service).await {
-            Ok(false) => {}
-            Ok(true) => {
-                self.recorder
-                    .normal(&**service, "DeletingLoadBalancer", "Deleting load balancer");
-                match cloud::delete(lb, self.cluster(), service).await {
-                    Ok(()) | Err(CallError::Elsewhere) => {}
-                    Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
-                    Err(CallError::Failed(error)) => {
-                        return Err(self.delete_failed(
-                            service,
-                            format!("failed to delete load balancer: {error}"),
-                        ));
+        }
+        for lb in lbs {
+            match cloud::exists(lb, self.cluster(), service).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.recorder.normal(
+                        &**service,
+                        "DeletingLoadBalancer",
+                        note_with_class("Deleting load balancer", handled),
+                    );
+                    match cloud::delete(lb, self.cluster(), service).await {
+                        Ok(()) | Err(CallError::Elsewhere) => {}
+                        Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+                        Err(CallError::Failed(error)) => {
+                            return Err(self.delete_failed(
+                                service,
+                                format!("failed to delete load balancer: {error}"),
+                            ));
+                        }
                     }
                 }
-            }
-            Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
-            Err(error) => {
-                return Err(self.delete_failed(
-                    service,
-                    format!("failed to check if load balancer exists before cleanup: {error}"),
-                ));
+                Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
+                Err(error) => {
+                    return Err(self.delete_failed(
+                        service,
+                        format!("failed to check if load balancer exists before cleanup: {error}"),
+                    ));
+                }
             }
         }
         let api = self.api(&service.namespace().unwrap_or_default());
-        let gone = match patch::remove_finalizer(&api, service).await {
+        let gone = match patch::remove_finalizer(&api, service, &self.classes).await {
             Ok(gone) => gone,
             Err(WriteError::Gone) => return Err(Step::Gone),
             Err(WriteError::Changed(fresh)) => return Err(Step::Restart(fresh)),
@@ -468,8 +555,11 @@ impl Reconciler {
                 ));
             }
         };
-        self.recorder
-            .normal(&**service, "DeletedLoadBalancer", "Deleted load balancer");
+        self.recorder.normal(
+            &**service,
+            "DeletedLoadBalancer",
+            note_with_class("Deleted load balancer", handled),
+        );
         if gone {
             // Go patches the status anyway and ignores the 404.
             return Ok(());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
-    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
+    InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerClasses,
     LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress, Route,
     Routes, Service, Zone, Zones,
 };
@@ -36,6 +36,9 @@ struct Caps {
     clusters: Cap,
     instances_batch: Cap,
     load_balancer_hosts_batch: Cap,
+    /// One load-balancer wrapper (load balancer and hosts batch) per class the provider
+    /// declares, by class (`None`: Services without a class), read once when wrapping.
+    load_balancers_by_class: Vec<(Option<String>, Cap)>,
 }
 
 struct Cap {
@@ -43,6 +46,28 @@ struct Cap {
     budget: Arc<Budget>,
     /// Shadow mode: mutating calls are answered by the cloud guard, never sent.
     shadow: Option<Arc<Shadow>>,
+    /// Which load-balancer implementation this wrapper forwards to: `None`, the provider's
+    /// `load_balancer()` / `load_balancer_hosts_batch()`; `Some(class)`, its
+    /// `load_balancer_for_class(class)` / `load_balancer_hosts_batch_for_class(class)`.
+    lb_class: Option<Option<String>>,
+}
+
+impl Cap {
+    fn lb(&self) -> Option<&dyn LoadBalancer> {
+        match &self.lb_class {
+            None => self.inner.load_balancer(),
+            Some(class) => self.inner.load_balancer_for_class(class.as_deref()),
+        }
+    }
+
+    fn lb_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+        match &self.lb_class {
+            None => self.inner.load_balancer_hosts_batch(),
+            Some(class) => self
+                .inner
+                .load_balancer_hosts_batch_for_class(class.as_deref()),
+        }
+    }
 }
 
 impl std::fmt::Debug for BudgetedProvider {
@@ -73,11 +98,21 @@ impl BudgetedProvider {
         shadow: Option<Arc<Shadow>>,
     ) -> Arc<Self> {
         let budget = Arc::new(Budget::new(config, metrics));
-        let cap = || Cap {
+        let cap_for = |lb_class: Option<Option<String>>| Cap {
             inner: inner.clone(),
             budget: budget.clone(),
             shadow: shadow.clone(),
+            lb_class,
         };
+        let cap = || cap_for(None);
+        let load_balancers_by_class = inner
+            .load_balancer_classes()
+            .entries()
+            .map(|class| {
+                let class = class.map(str::to_owned);
+                (class.clone(), cap_for(Some(class)))
+            })
+            .collect();
         let caps = Caps {
             instances_v2: cap(),
             instances: cap(),
@@ -87,6 +122,7 @@ impl BudgetedProvider {
             clusters: cap(),
             instances_batch: cap(),
             load_balancer_hosts_batch: cap(),
+            load_balancers_by_class,
         };
         Arc::new(BudgetedProvider {
             inner,
@@ -181,15 +217,47 @@ impl CloudProvider for BudgetedProvider {
             .load_balancer_hosts_batch()
             .map(|_| &self.caps.load_balancer_hosts_batch as &dyn LoadBalancerHostsBatch)
     }
+
+    fn load_balancer_classes(&self) -> LoadBalancerClasses {
+        self.inner.load_balancer_classes()
+    }
+
+    fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {
+        let cap = self.class_cap(class)?;
+        cap.lb().map(|_| cap as &dyn LoadBalancer)
+    }
+
+    fn load_balancer_hosts_batch_for_class(
+        &self,
+        class: Option<&str>,
+    ) -> Option<&dyn LoadBalancerHostsBatch> {
+        let cap = self.class_cap(class)?;
+        cap.lb_batch().map(|_| cap as &dyn LoadBalancerHostsBatch)
+    }
+}
+
+impl BudgetedProvider {
+    /// The wrapper of a declared class's load-balancer implementation (`None` for a class the
+    /// provider did not declare).
+    fn class_cap(&self, class: Option<&str>) -> Option<&Cap> {
+        self.caps
+            .load_balancers_by_class
+            .iter()
+            .find(|(c, _)| c.as_deref() == class)
+            .map(|(_, cap)| cap)
+    }
 }
 
 /// Forwards one capability method through the budget.
 macro_rules! budgeted {
     ($self:ident, $cap:ident, $op:ident ( $($arg:expr),* )) => {
+        budgeted!(@from $self, $self.inner.$cap(), $op($($arg),*))
+    };
+    (@from $self:ident, $found:expr, $op:ident ( $($arg:expr),* )) => {
         $self
             .budget
             .call(stringify!($op), async {
-                match $self.inner.$cap() {
+                match $found {
                     Some(c) => c.$op($($arg),*).await,
                     None => Err(missing()),
                 }
@@ -279,14 +347,14 @@ impl LoadBalancer for Cap {
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerStatus>> {
         budgeted!(
-            self,
-            load_balancer,
+            @from self,
+            self.lb(),
             get_load_balancer(cluster_name, service)
         )
     }
     fn get_load_balancer_name(&self, cluster_name: &str, service: &Service) -> String {
         // Local and synchronous: no cloud call, so no budget.
-        match self.inner.load_balancer() {
+        match self.lb() {
             Some(lb) => lb.get_load_balancer_name(cluster_name, service),
             None => ccm_core::default_load_balancer_name(service),
         }
@@ -297,8 +365,8 @@ impl LoadBalancer for Cap {
         service: &Service,
     ) -> CloudResult<Option<Vec<String>>> {
         budgeted!(
-            self,
-            load_balancer,
+            @from self,
+            self.lb(),
             get_load_balancer_hosts(cluster_name, service)
         )
     }
@@ -314,8 +382,8 @@ impl LoadBalancer for Cap {
                 .await;
         }
         budgeted!(
-            self,
-            load_balancer,
+            @from self,
+            self.lb(),
             ensure_load_balancer(cluster_name, service, hosts)
         )
     }
@@ -331,8 +399,8 @@ impl LoadBalancer for Cap {
                 .await;
         }
         budgeted!(
-            self,
-            load_balancer,
+            @from self,
+            self.lb(),
             update_load_balancer(cluster_name, service, hosts)
         )
     }
@@ -345,8 +413,8 @@ impl LoadBalancer for Cap {
             return shadow.guard_delete(self, cluster_name, service).await;
         }
         budgeted!(
-            self,
-            load_balancer,
+            @from self,
+            self.lb(),
             ensure_load_balancer_deleted(cluster_name, service)
         )
     }
@@ -416,9 +484,7 @@ impl InstancesBatch for Cap {
 impl LoadBalancerHostsBatch for Cap {
     fn max_batch_size(&self) -> usize {
         // Local and synchronous: no cloud call, so no budget.
-        self.inner
-            .load_balancer_hosts_batch()
-            .map_or(1, |b| b.max_batch_size().max(1))
+        self.lb_batch().map_or(1, |b| b.max_batch_size().max(1))
     }
     async fn update_load_balancer_hosts(
         &self,
@@ -432,8 +498,8 @@ impl LoadBalancerHostsBatch for Cap {
                 .await;
         }
         let mut answers = budgeted!(
-            self,
-            load_balancer_hosts_batch,
+            @from self,
+            self.lb_batch(),
             update_load_balancer_hosts(cluster_name, services, hosts)
         )?;
         // A per-Service Retry is raised to the same floor as a Retry of a whole call.

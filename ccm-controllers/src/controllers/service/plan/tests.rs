@@ -4,14 +4,19 @@ use super::*;
 
 /// Go's `needsUpdate(old, new)`: whether a Service update must be synced ([`update_trigger`]
 /// lists why; the event loop applies it inline, with the trigger's Event).
-fn needs_update(old: &Service, new: &Service) -> bool {
-    update_trigger(old, new).is_some()
+fn needs_update(old: &Service, new: &Service, classes: &ServedClasses) -> bool {
+    update_trigger(old, new, classes).is_some()
 }
 
 /// Whether a Service update is queued: [`needs_update`] or [`needs_cleanup`] of the new object
 /// (Go's update handler, as the event loop in `sync.rs` applies it).
-fn should_enqueue_update(old: &Service, new: &Service) -> bool {
-    needs_update(old, new) || needs_cleanup(new)
+fn should_enqueue_update(old: &Service, new: &Service, classes: &ServedClasses) -> bool {
+    needs_update(old, new, classes) || needs_cleanup(new, classes)
+}
+
+/// Go's served classes: Services without a class only.
+fn go() -> ServedClasses {
+    ServedClasses::default()
 }
 use k8s_openapi::api::core::v1::{
     NodeSpec, PortStatus, ServiceSpec, ServiceStatus, SessionAffinityConfig, Taint,
@@ -103,56 +108,58 @@ fn key(name: &str, pid: &str) -> HostKey {
 
 #[test]
 fn wants_load_balancer_only_for_type_lb_without_class() {
-    assert!(wants_load_balancer(&lb()));
+    assert!(wants_load_balancer(&lb(), &go()));
     for t in ["ClusterIP", "NodePort", "ExternalName", "loadbalancer", ""] {
-        assert!(!wants_load_balancer(&svc(t)), "{t}");
+        assert!(!wants_load_balancer(&svc(t), &go()), "{t}");
     }
     let mut classed = lb();
     spec(&mut classed).load_balancer_class = Some("example.com/other".into());
-    assert!(!wants_load_balancer(&classed));
+    assert!(!wants_load_balancer(&classed, &go()));
     // Even an empty class means "not mine".
     spec(&mut classed).load_balancer_class = Some(String::new());
-    assert!(!wants_load_balancer(&classed));
+    assert!(!wants_load_balancer(&classed, &go()));
     let mut no_spec = lb();
     no_spec.spec = None;
-    assert!(!wants_load_balancer(&no_spec));
+    assert!(!wants_load_balancer(&no_spec, &go()));
 }
 
 #[test]
 fn needs_cleanup_requires_finalizer_and_deletion_or_not_wanting() {
-    assert!(!needs_cleanup(&lb()));
-    assert!(!needs_cleanup(&with_finalizer(lb())));
-    assert!(needs_cleanup(&deleting(with_finalizer(lb()))));
-    assert!(needs_cleanup(&with_finalizer(svc("ClusterIP"))));
-    assert!(!needs_cleanup(&svc("ClusterIP")));
-    assert!(!needs_cleanup(&deleting(lb())));
+    assert!(!needs_cleanup(&lb(), &go()));
+    assert!(!needs_cleanup(&with_finalizer(lb()), &go()));
+    assert!(needs_cleanup(&deleting(with_finalizer(lb())), &go()));
+    assert!(needs_cleanup(&with_finalizer(svc("ClusterIP")), &go()));
+    assert!(!needs_cleanup(&svc("ClusterIP"), &go()));
+    assert!(!needs_cleanup(&deleting(lb()), &go()));
+    // A LoadBalancer of another class is that class's controller's, finalizer or not (see
+    // tests/classes.rs).
     let mut classed = with_finalizer(lb());
     spec(&mut classed).load_balancer_class = Some("x".into());
-    assert!(needs_cleanup(&classed));
+    assert!(!needs_cleanup(&classed, &go()));
     // Other finalizers do not count.
     let mut other = deleting(lb());
     other.metadata.finalizers = Some(vec!["example.com/other".into()]);
-    assert!(!needs_cleanup(&other));
+    assert!(!needs_cleanup(&other, &go()));
 }
 
 #[test]
 fn add_and_update_handlers_enqueue_per_go() {
-    assert!(should_enqueue_add(&lb()));
-    assert!(!should_enqueue_add(&svc("ClusterIP")));
-    assert!(should_enqueue_add(&with_finalizer(svc("ClusterIP"))));
-    assert!(should_enqueue_add(&deleting(with_finalizer(lb()))));
+    assert!(should_enqueue_add(&lb(), &go()));
+    assert!(!should_enqueue_add(&svc("ClusterIP"), &go()));
+    assert!(should_enqueue_add(&with_finalizer(svc("ClusterIP")), &go()));
+    assert!(should_enqueue_add(&deleting(with_finalizer(lb())), &go()));
     // A status-only or label-only update is ignored...
     let mut new = lb();
     new.metadata.labels = Some(BTreeMap::from([("a".into(), "b".into())]));
     new.metadata.resource_version = Some("8".into());
-    assert!(!should_enqueue_update(&lb(), &new));
+    assert!(!should_enqueue_update(&lb(), &new, &go()));
     // ... unless the Service needs cleanup (finalizer + deletion).
     let old = with_finalizer(lb());
-    assert!(should_enqueue_update(&old, &deleting(old.clone())));
+    assert!(should_enqueue_update(&old, &deleting(old.clone()), &go()));
     // Two non-LB Services never trigger, even if they differ.
     let mut np = svc("NodePort");
     np.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
-    assert!(!should_enqueue_update(&svc("ClusterIP"), &np));
+    assert!(!should_enqueue_update(&svc("ClusterIP"), &np, &go()));
 }
 
 // ---- needs_update ------------------------------------------------------------------
@@ -161,7 +168,7 @@ fn changed(f: impl FnOnce(&mut Service)) -> Option<UpdateTrigger> {
     let old = lb();
     let mut new = old.clone();
     f(&mut new);
-    update_trigger(&old, &new)
+    update_trigger(&old, &new, &go())
 }
 
 fn reason(f: impl FnOnce(&mut Service)) -> Option<&'static str> {
@@ -175,7 +182,7 @@ fn needs_update_on_type_flip_with_go_event() {
         t.event,
         Some(("Type", "LoadBalancer -> ClusterIP".to_owned()))
     );
-    assert!(needs_update(&svc("NodePort"), &lb()));
+    assert!(needs_update(&svc("NodePort"), &lb(), &go()));
     // Gaining a class is a flip of wantsLoadBalancer too.
     assert_eq!(
         reason(|s| spec(s).load_balancer_class = Some("x".into())),
@@ -239,7 +246,7 @@ fn needs_update_on_each_port_field() {
     });
     let mut swapped = two.clone();
     spec(&mut swapped).ports.as_mut().unwrap().reverse();
-    assert!(needs_update(&two, &swapped));
+    assert!(needs_update(&two, &swapped, &go()));
     assert!(changed(|_| {}).is_none());
 }
 
@@ -262,7 +269,7 @@ fn needs_update_on_affinity_ip_external_ips() {
     let mut new = old.clone();
     spec(&mut new).external_ips = Some(vec!["5.6.7.9".into()]);
     assert_eq!(
-        update_trigger(&old, &new).unwrap().event,
+        update_trigger(&old, &new, &go()).unwrap().event,
         Some(("ExternalIP", "Added: 5.6.7.9".to_owned()))
     );
 }
@@ -316,32 +323,39 @@ fn needs_update_ignores_unlisted_fields() {
     spec(&mut old).ip_families = Some(vec!["IPv4".into(), "IPv6".into()]);
     let mut new = old.clone();
     spec(&mut new).ip_families = Some(vec!["IPv6".into(), "IPv4".into()]);
-    assert!(!needs_update(&old, &new));
+    assert!(!needs_update(&old, &new, &go()));
 }
 
 // ---- decide ------------------------------------------------------------------------
 
 #[test]
 fn decide_covers_every_case() {
-    assert_eq!(decide(&lb(), false), Decision::Ensure);
-    assert_eq!(decide(&with_finalizer(lb()), false), Decision::Ensure);
-    assert_eq!(decide(&with_finalizer(lb()), true), Decision::Ensure);
+    assert_eq!(decide(&lb(), false, &go()), Decision::Ensure);
     assert_eq!(
-        decide(&deleting(with_finalizer(lb())), false),
+        decide(&with_finalizer(lb()), false, &go()),
+        Decision::Ensure
+    );
+    assert_eq!(decide(&with_finalizer(lb()), true, &go()), Decision::Ensure);
+    assert_eq!(
+        decide(&deleting(with_finalizer(lb())), false, &go()),
         Decision::Delete
     );
     assert_eq!(
-        decide(&with_finalizer(svc("ClusterIP")), false),
+        decide(&with_finalizer(svc("ClusterIP")), false, &go()),
         Decision::Delete
     );
-    assert_eq!(decide(&svc("ClusterIP"), true), Decision::Delete);
-    assert_eq!(decide(&deleting(lb()), true), Decision::Delete);
-    assert_eq!(decide(&svc("ClusterIP"), false), Decision::Skip);
-    assert_eq!(decide(&deleting(lb()), false), Decision::Skip);
+    assert_eq!(decide(&svc("ClusterIP"), true, &go()), Decision::Delete);
+    assert_eq!(decide(&deleting(lb()), true, &go()), Decision::Delete);
+    assert_eq!(decide(&svc("ClusterIP"), false, &go()), Decision::Skip);
+    assert_eq!(decide(&deleting(lb()), false, &go()), Decision::Skip);
     let mut classed = lb();
     spec(&mut classed).load_balancer_class = Some("x".into());
-    assert_eq!(decide(&classed, false), Decision::Skip);
-    assert_eq!(decide(&with_finalizer(classed), false), Decision::Delete);
+    assert_eq!(decide(&classed, false, &go()), Decision::Skip);
+    assert_eq!(
+        decide(&with_finalizer(classed.clone()), false, &go()),
+        Decision::Skip
+    );
+    assert_eq!(decide(&classed, true, &go()), Decision::Delete);
 }
 
 // ---- node predicates ---------------------------------------------------------------
@@ -753,4 +767,5 @@ fn update_failed_note_limits_names() {
     );
 }
 
+mod classes;
 mod node_sync_timer;

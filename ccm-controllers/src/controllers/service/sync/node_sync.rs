@@ -4,6 +4,7 @@
 //! provider's [`LoadBalancerHostsBatch`], `max_batch_size` load balancers per
 //! `update_load_balancer_hosts` call.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use tokio::sync::mpsc;
 
 use super::{Entry, Reconciler};
 use crate::controllers::service::NAME;
+use crate::controllers::service::classes::class_of;
+use crate::controllers::service::classes::note_with_class;
 use crate::controllers::service::cloud::{self, CallError};
 use crate::controllers::service::metrics::ServiceMetrics;
 use crate::controllers::service::plan::{self, HostChange, HostKey, NodeSyncTimer};
@@ -171,18 +174,46 @@ impl Reconciler {
     /// provider offers [`LoadBalancerHostsBatch`], in `update_load_balancer_hosts` calls of up
     /// to its `max_batch_size` load balancers. Returns the delay after which the pass must run
     /// again when the provider answered a whole batch with `Retry`.
+    ///
+    /// Load balancers are batched by the implementation serving their class (a batch call
+    /// never mixes two provider classes); a class whose implementation has no batch gets
+    /// single calls. When several batches answer `Retry`, the longest delay is returned.
     pub(super) async fn node_sync_pass(self: &Arc<Self>) -> Option<Duration> {
         let started = Instant::now();
-        let keys = self.entry_keys();
-        let retry = match self.hosts_batch() {
-            Some(batch) => self.batched_node_sync(batch, keys).await,
-            None => {
-                self.single_node_sync(keys).await;
-                None
+        let mut retry: Option<Duration> = None;
+        for (provider_class, keys) in self.keys_by_provider_class() {
+            let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()));
+            match batch {
+                Some(batch) => {
+                    if let Some(after) = self.batched_node_sync(batch, keys).await {
+                        retry = Some(retry.map_or(after, |r| r.max(after)));
+                    }
+                }
+                None => self.single_node_sync(keys).await,
             }
-        };
+        }
         ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
         retry
+    }
+
+    /// The entries' keys grouped by the provider class serving their Service's class
+    /// (`None`: a Service gone or not served, left to [`Reconciler::needs_hosts`], which
+    /// skips it).
+    fn keys_by_provider_class(&self) -> BTreeMap<Option<Option<String>>, Vec<String>> {
+        let mut groups: BTreeMap<Option<Option<String>>, Vec<String>> = BTreeMap::new();
+        for key in self.entry_keys() {
+            let provider_class = key
+                .split_once('/')
+                .and_then(|(namespace, name)| self.ctx.services.get_namespaced(namespace, name))
+                .filter(|s| plan::is_load_balancer(s))
+                .and_then(|s| {
+                    self.classes
+                        .provider_class(class_of(&s))
+                        .map(|c| c.map(str::to_owned))
+                });
+            groups.entry(provider_class).or_default().push(key);
+        }
+        groups
     }
 
     /// The load balancers of `keys` updated with one `update_load_balancer` each, on
@@ -199,22 +230,25 @@ impl Reconciler {
     /// The `update_load_balancer_hosts` calls a pass over every load balancer costs, or
     /// `None` without the batch capability (one call per load balancer).
     fn batched_pass_calls(&self) -> Option<usize> {
-        let batch = self.hosts_batch()?;
-        // Entries of Services without a load balancer can only make the count larger: the
-        // old, widening behaviour.
-        let load_balancers = self.entries().len();
-        Some(plan::batched_pass_calls(
-            load_balancers,
-            batch.max_batch_size(),
-        ))
+        let mut calls = 0;
+        for (provider_class, keys) in self.keys_by_provider_class() {
+            // Entries of Services without a load balancer can only make the count larger:
+            // the old, widening behaviour.
+            let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()))?;
+            calls += plan::batched_pass_calls(keys.len(), batch.max_batch_size());
+        }
+        Some(calls)
     }
 
-    /// The provider's batch capability, unless it answered `NotImplemented` before.
-    fn hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
+    /// The batch capability of the implementation for `provider_class`, unless a batch
+    /// answered `NotImplemented` before (then single calls for every class until restart).
+    fn hosts_batch(&self, provider_class: Option<&str>) -> Option<&dyn LoadBalancerHostsBatch> {
         if self.hosts_batch_unsupported.load(Ordering::Relaxed) {
             return None;
         }
-        self.ctx.cloud.load_balancer_hosts_batch()
+        self.ctx
+            .cloud
+            .load_balancer_hosts_batch_for_class(provider_class)
     }
 
     /// Go's `nodeSyncService` + `lockedUpdateLoadBalancerHosts` for one Service.
@@ -249,7 +283,7 @@ impl Reconciler {
         let (namespace, name) = key.split_once('/')?;
         let service = self.ctx.services.get_namespaced(namespace, name)?;
         if service.metadata.uid != handled.metadata.uid
-            || !plan::wants_load_balancer(&service)
+            || !plan::wants_load_balancer(&service, &self.classes)
             || plan::is_being_deleted(&service)
         {
             return None;
@@ -268,7 +302,9 @@ impl Reconciler {
         service: &Arc<Service>,
         host_set: &HostSet,
     ) {
-        let Some(lb) = self.lb() else { return };
+        let Some(lb) = self.lb_serving(service) else {
+            return;
+        };
         let last = entry.last_hosts.replace(host_set.keys.clone());
         self.metrics.loadbalancer_sync.inc();
         let started = Instant::now();
@@ -291,8 +327,12 @@ impl Reconciler {
         host_set: &HostSet,
         result: Result<(), CallError>,
     ) {
-        let Some(lb) = self.lb() else { return };
+        let Some(lb) = self.lb_serving(service) else {
+            return;
+        };
+        let class = class_of(service);
         let retry = |entry: &mut Entry, after: Duration| {
+            self.metrics.operation(class, "update", "retry");
             self.metrics.nodesync_error.inc();
             entry.last_hosts = last.clone();
             entry.retry_not_before = Some(Instant::now() + after);
@@ -300,6 +340,7 @@ impl Reconciler {
         };
         let error = match result {
             Ok(()) => {
+                self.metrics.operation(class, "update", "success");
                 if host_set.nodes.is_empty() {
                     self.recorder.warning(
                         service,
@@ -310,12 +351,15 @@ impl Reconciler {
                     self.recorder.normal(
                         service,
                         "UpdatedLoadBalancer",
-                        "Updated load balancer with new hosts",
+                        note_with_class("Updated load balancer with new hosts", service),
                     );
                 }
                 return;
             }
-            Err(CallError::Elsewhere) => return,
+            Err(CallError::Elsewhere) => {
+                self.metrics.operation(class, "update", "success");
+                return;
+            }
             Err(CallError::Retry(after)) => return retry(entry, after),
             Err(CallError::Failed(error)) => error,
         };
@@ -329,6 +373,7 @@ impl Reconciler {
             }
         }
         self.metrics.nodesync_error.inc();
+        self.metrics.operation(class, "update", "error");
         tracing::warn!(controller = NAME, %key, %error, "failed to update load balancer hosts; falling back to a full ensure");
         self.recorder.warning(
             service,
