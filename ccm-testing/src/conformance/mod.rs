@@ -410,6 +410,16 @@ pub enum Check {
     /// success without changing the hosts leaves new Nodes out of every load balancer, and a
     /// Service missing from the answer costs a single call on every node sync.
     LoadBalancerHostsBatchAgreesWithUpdate,
+    /// What the provider declares in `load_balancer_classes` holds: at least one entry, every
+    /// class a valid `spec.loadBalancerClass`, an implementation (`load_balancer_for_class`)
+    /// for every entry, and each declared class's implementation creates, reports and deletes
+    /// the load balancer of a Service of that class (the input Service given the class).
+    ///
+    /// Why: the service controller serves exactly the declared classes and refuses to start
+    /// with an invalid one; a declared class without an implementation stops the controller,
+    /// and one whose implementation does not work leaves every Service of the class without
+    /// its load balancer (Go has no classes: §4.2 serves Services without a class only).
+    LoadBalancerClassesDeclared,
 }
 
 impl Check {
@@ -437,6 +447,7 @@ impl Check {
         Check::BatchSameAnswerWhateverTheGrouping,
         Check::BatchMaxSizeHonoured,
         Check::LoadBalancerHostsBatchAgreesWithUpdate,
+        Check::LoadBalancerClassesDeclared,
     ];
 
     /// The check's snake_case name, as shown in the report.
@@ -476,6 +487,7 @@ impl Check {
             Check::LoadBalancerHostsBatchAgreesWithUpdate => {
                 "load_balancer_hosts_batch_agrees_with_update"
             }
+            Check::LoadBalancerClassesDeclared => "load_balancer_classes_declared",
         }
     }
 

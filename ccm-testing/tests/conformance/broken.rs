@@ -133,6 +133,8 @@ fn every_check_has_a_broken_provider() {
         Check::BatchMaxSizeHonoured,
         // Its broken batch is in load_balancer_batch.rs.
         Check::LoadBalancerHostsBatchAgreesWithUpdate,
+        // Its broken declarations are in classes.rs.
+        Check::LoadBalancerClassesDeclared,
     ];
     assert_eq!(
         covered.iter().collect::<BTreeSet<_>>(),

@@ -6,6 +6,7 @@
 mod batch;
 mod broken;
 mod broken_provider;
+mod classes;
 mod load_balancer_batch;
 mod suite;
 mod support;

@@ -166,9 +166,13 @@ pub(super) async fn delete_checked(ctx: &Ctx<'_>, when: &str) -> Step {
 /// [`Check::LoadBalancerHostsBatchAgreesWithUpdate`](super::super::Check::LoadBalancerHostsBatchAgreesWithUpdate).
 pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
     let (_, svc) = ctx.lb()?;
+    let class = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_class.as_deref());
     let batch = ctx
         .provider()
-        .load_balancer_hosts_batch()
+        .load_balancer_hosts_batch_for_class(class)
         .ok_or_else(|| not_offered("the provider offers no LoadBalancerHostsBatch"))?;
     if batch.max_batch_size() == 0 {
         return Err(fail(
@@ -218,6 +222,106 @@ pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
             }
         }
         hosts_took_effect(ctx, svc, &names, "update_load_balancer_hosts").await?;
+    }
+    Ok(())
+}
+
+/// [`Check::LoadBalancerClassesDeclared`](super::super::Check::LoadBalancerClassesDeclared).
+pub(super) async fn classes_declared(ctx: &mut Ctx<'_>) -> Step {
+    let provider = ctx.provider();
+    let declared = provider.load_balancer_classes();
+    let offers_any = provider.load_balancer().is_some()
+        || declared
+            .entries()
+            .any(|c| provider.load_balancer_for_class(c).is_some());
+    if !offers_any {
+        return Err(not_offered("the provider offers no LoadBalancer"));
+    }
+    if declared.is_empty() {
+        return Err(fail(
+            "load_balancer_classes to declare a class or Services without a class (the service controller serves nothing otherwise)",
+            "LoadBalancerClasses::none()",
+        ));
+    }
+    for class in declared.classes() {
+        if let Err(e) = ccm_core::check_load_balancer_class(class) {
+            return Err(fail(
+                "every declared load-balancer class to be a valid spec.loadBalancerClass",
+                e.to_string(),
+            ));
+        }
+    }
+    for class in declared.entries() {
+        if provider.load_balancer_for_class(class).is_none() {
+            return Err(fail(
+                format!(
+                    "load_balancer_for_class({class:?}) to offer the implementation of a declared entry"
+                ),
+                "None",
+            ));
+        }
+    }
+    let svc = ctx.input_service()?;
+    let hosts = ctx.nodes()?;
+    let cluster = ctx.cluster();
+    for class in declared.classes() {
+        let Some(lb) = provider.load_balancer_for_class(Some(class)) else {
+            continue;
+        };
+        let mut classed = svc.clone();
+        classed.spec.get_or_insert_default().load_balancer_class = Some(class.to_owned());
+        let classed = &classed;
+        let what = format!("{} of class {class}", service_ref(classed));
+        let ensured = ctx
+            .call("ensure_load_balancer", || {
+                lb.ensure_load_balancer(cluster, classed, hosts)
+            })
+            .await;
+        let reported = ctx
+            .call("get_load_balancer", || {
+                lb.get_load_balancer(cluster, classed)
+            })
+            .await;
+        ctx.call_ok(
+            "ensure_load_balancer_deleted",
+            format!("ensure_load_balancer_deleted of {what} to succeed"),
+            || lb.ensure_load_balancer_deleted(cluster, classed),
+        )
+        .await?;
+        match ensured {
+            Ok(status) if has_ingress(&status) => {}
+            Ok(status) => {
+                return Err(fail(
+                    format!("ensure_load_balancer of {what} to return an ingress"),
+                    format!("{status:?}"),
+                ));
+            }
+            Err(e) => {
+                return Err(fail(
+                    format!("ensure_load_balancer of {what} to succeed"),
+                    describe(&e),
+                ));
+            }
+        }
+        if !matches!(reported, Ok(Some(_))) {
+            return Err(fail(
+                format!("get_load_balancer of {what} to report it after ensure_load_balancer"),
+                format!("{reported:?}"),
+            ));
+        }
+        let after = ctx
+            .call("get_load_balancer", || {
+                lb.get_load_balancer(cluster, classed)
+            })
+            .await;
+        if !matches!(after, Ok(None)) {
+            return Err(fail(
+                format!(
+                    "get_load_balancer of {what} to report none after ensure_load_balancer_deleted"
+                ),
+                format!("{after:?}"),
+            ));
+        }
     }
     Ok(())
 }

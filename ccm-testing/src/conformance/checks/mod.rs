@@ -323,17 +323,26 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The input Service and the implementation serving its class (`load_balancer()` for a
+    /// Service without a class, unless the provider overrides `load_balancer_for_class`).
     fn lb(&self) -> Result<(&'a dyn LoadBalancer, &'a Service), Stop> {
+        let svc = self.input_service()?;
+        let class = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.load_balancer_class.as_deref());
         let lb = self
             .provider()
-            .load_balancer()
+            .load_balancer_for_class(class)
             .ok_or_else(|| not_offered("the provider offers no LoadBalancer"))?;
-        let svc = self
-            .input()
+        Ok((lb, svc))
+    }
+
+    fn input_service(&self) -> Result<&'a Service, Stop> {
+        self.input()
             .service
             .as_ref()
-            .ok_or_else(|| skip("no Service given (ConformanceInput::service)"))?;
-        Ok((lb, svc))
+            .ok_or_else(|| skip("no Service given (ConformanceInput::service)"))
     }
 
     fn routes(&self) -> Result<(&'a dyn Routes, &'a str, &'a Node), Stop> {
@@ -576,5 +585,6 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
         Check::LoadBalancerHostsBatchAgreesWithUpdate => {
             load_balancers::hosts_batch_agrees_with_update(ctx).await
         }
+        Check::LoadBalancerClassesDeclared => load_balancers::classes_declared(ctx).await,
     }
 }
