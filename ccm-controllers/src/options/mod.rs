@@ -65,7 +65,6 @@ pub use self::route::RouteControllerArgs;
 pub use self::service::ServiceControllerArgs;
 pub use self::serving::ServingArgs;
 pub use self::shadow::{SHADOW_DEFAULT_CLOUD_API_QPS, ShadowArgs};
-use crate::controllers::service::{ServedClass, ServiceConfig};
 use crate::machinery::budget::BudgetConfig;
 use crate::machinery::go_syntax::format_go_duration;
 
@@ -582,24 +581,6 @@ impl Options {
     /// `--node-sync-max-window`.
     pub fn node_sync_max_window(&self) -> Duration {
         self.service.node_sync_max_window
-    }
-
-    /// `--load-balancer-classes`; `None` when not given (every class the provider declares).
-    pub fn load_balancer_classes(&self) -> Option<Vec<ServedClass>> {
-        self.service
-            .load_balancer_classes
-            .as_ref()
-            .map(|list| list.0.clone())
-    }
-
-    /// The service controller's configuration from the flags.
-    pub fn service_config(&self) -> ServiceConfig {
-        ServiceConfig {
-            workers: self.service_workers(),
-            node_sync_window: self.node_sync_window(),
-            node_sync_max_window: self.node_sync_max_window(),
-            load_balancer_classes: self.load_balancer_classes(),
-        }
     }
 
     /// `--use-service-account-credentials` (the bare flag is `true`).

@@ -4,16 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::controllers::service::ServedClass;
 use crate::machinery::go_syntax::parse_go_duration;
-
-/// The value of `--load-balancer-classes`: the classes served, in the order given.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoadBalancerClassList(pub Vec<ServedClass>);
-
-fn parse_load_balancer_classes(value: &str) -> Result<LoadBalancerClassList, String> {
-    ServedClass::parse_list(value).map(LoadBalancerClassList)
-}
 
 /// Flags of the service (load balancer) controller.
 #[derive(Args, Clone, Debug)]
@@ -38,7 +29,8 @@ pub struct ServiceControllerArgs {
     /// declares); `-` stands for Services without a class. Default: every class the provider
     /// declares, which for most providers means Services without a class only (Go's
     /// behaviour). E.g. `-,acme.example/internal`, or `team-b.example/lb=-` for a second
-    /// instance serving one class with the default implementation.
-    #[arg(long, value_parser = parse_load_balancer_classes, value_name = "CLASSES")]
-    pub load_balancer_classes: Option<LoadBalancerClassList>,
+    /// instance serving one class with the default implementation. Checked at startup
+    /// against what the provider declares (`ServedClass::parse_list` reads it).
+    #[arg(long, value_name = "CLASSES")]
+    pub load_balancer_classes: Option<String>,
 }

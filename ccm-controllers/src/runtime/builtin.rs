@@ -150,10 +150,35 @@ fn node_lifecycle_controller() -> ControllerEntry {
 fn service_controller() -> ControllerEntry {
     use crate::controllers::service::{ALIAS, NAME};
     ControllerEntry::new(NAME, |ctx, args| async move {
-        crate::controllers::service::run(ctx, args.options.service_config()).await
+        crate::controllers::service::run(ctx, service_config(&args.options)?).await
     })
     .alias(ALIAS)
     .client("service-controller")
+}
+
+/// The service controller's configuration from the flags; an unreadable
+/// `--load-balancer-classes` is a [`ControllerError::Config`] naming it (the runtime checks it
+/// at startup, before leader election, with [`crate::controllers::service::check_load_balancer_classes`]).
+pub(crate) fn service_config(
+    o: &Options,
+) -> Result<crate::controllers::service::ServiceConfig, ControllerError> {
+    use crate::controllers::service::{NAME, ServedClass, ServiceConfig};
+    let load_balancer_classes = o
+        .service
+        .load_balancer_classes
+        .as_deref()
+        .map(ServedClass::parse_list)
+        .transpose()
+        .map_err(|e| ControllerError::Config {
+            controller: NAME,
+            message: format!("--load-balancer-classes: {e}"),
+        })?;
+    Ok(ServiceConfig {
+        workers: o.service_workers(),
+        node_sync_window: o.node_sync_window(),
+        node_sync_max_window: o.node_sync_max_window(),
+        load_balancer_classes,
+    })
 }
 
 /// `node-route-controller` (`route`): runs when `--configure-cloud-routes` and the provider has

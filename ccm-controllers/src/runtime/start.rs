@@ -353,6 +353,8 @@ fn check_load_balancer_classes(
     enabled: &[ControllerEntry],
     provider: &dyn CloudProvider,
 ) -> Result<(), Exit> {
+    let config =
+        crate::runtime::builtin::service_config(options).map_err(|e| fail(format_args!("{e}")))?;
     let service_enabled = enabled
         .iter()
         .any(|e| e.name == crate::controllers::service::NAME);
@@ -364,7 +366,7 @@ fn check_load_balancer_classes(
     if !service_enabled || !has_load_balancer {
         return Ok(());
     }
-    crate::controllers::service::check_load_balancer_classes(provider, &options.service_config())
+    crate::controllers::service::check_load_balancer_classes(provider, &config)
         .map_err(|e| fail(format_args!("{e}")))
 }
 
