@@ -121,8 +121,7 @@
 //! state_file: /tmp/fake-cloud.json # keep load balancers and routes across restarts
 //! track_node_addresses: true     # list_routes sets enable_node_addresses (default false)
 //! clusters: [prod]               # answered by list_clusters (default [kubernetes])
-//! load_balancer_classes: ["-", fake.example/internal] # classes served ("-": Services
-//!                                # without a class; default ["-"], as Go)
+//! load_balancer_classes: ["-", fake.example/internal] # "-": no class (default ["-"])
 //! capabilities:                  # switch capabilities on and off (defaults shown)
 //!   instances_v2: true
 //!   instances: true              # legacy v1 Instances (default false)
