@@ -300,6 +300,48 @@ async fn one_token_per_call_and_metrics() {
     ));
 }
 
+/// The wait for a token is measured per operation: the first call of a 1 qps, burst-1 budget
+/// goes at once, the second waits one second (the saturation signal the alert rules read).
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_the_budget_is_measured() {
+    let metrics = MetricsRegistry::new();
+    let budgeted = BudgetedProvider::new(
+        batching(10, Duration::ZERO, all_found),
+        &BudgetConfig {
+            rate_limit: Some((1.0, 1)),
+            ..Default::default()
+        },
+        &metrics,
+    );
+    let batch = budgeted.instances_batch().unwrap();
+    let nodes: Vec<Arc<Node>> = (0..3).map(|i| node(&format!("n{i}"))).collect();
+    batch.describe_instances(&nodes).await.unwrap();
+    batch.describe_instances(&nodes).await.unwrap();
+    let text = metrics.encode().unwrap();
+    let wait = "cloud_provider_rate_limiter_duration_seconds";
+    let op = "operation=\"describe_instances\"";
+    for (series, count) in [
+        (format!("{wait}_count{{{op}}}"), 2),
+        // The first went at once (under 1 ms), the second waited a whole token.
+        (format!("{wait}_bucket{{le=\"0.001\",{op}}}"), 1),
+        (format!("{wait}_bucket{{le=\"0.256\",{op}}}"), 1),
+        (format!("{wait}_bucket{{le=\"1.024\",{op}}}"), 2),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{series} ")))
+            .unwrap_or_else(|| panic!("{series} missing in:\n{text}"));
+        assert_eq!(line, format!("{series} {count}"), "{text}");
+    }
+    let sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{wait}_sum{{{op}}} ")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((0.99..1.01).contains(&sum), "waited {sum} s in all");
+}
+
 /// The per-call timeout applies; a Retry of the whole call, and of one Node, is raised to
 /// the floor.
 #[tokio::test(start_paused = true)]
