@@ -16,8 +16,8 @@ mod lease;
 mod rbac;
 mod routes;
 
+use ccm_core::NodeView;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_controllers::Builder;
@@ -495,10 +495,10 @@ async fn load_balancer_hosts_that_differ_are_one_divergence_of_that_service() {
     let r = Reconciled::start(3).await;
     // The incumbent's load balancer lacks one Node (set directly in the cloud).
     let svc = r.services().get(&r.service).await.unwrap();
-    let all: Vec<Arc<Node>> = {
+    let all: Vec<NodeView> = {
         let mut v = Vec::new();
         for n in &r.nodes {
-            v.push(Arc::new(r.node_api().get(n).await.unwrap()));
+            v.push(NodeView::from(r.node_api().get(n).await.unwrap()));
         }
         v
     };
