@@ -317,7 +317,7 @@ async fn the_wait_for_the_budget_is_measured() {
         &metrics,
     );
     let batch = budgeted.instances_batch().unwrap();
-    let nodes: Vec<Arc<Node>> = (0..3).map(|i| node(&format!("n{i}"))).collect();
+    let nodes: Vec<NodeView> = (0..3).map(|i| node(&format!("n{i}"))).collect();
     batch.describe_instances(&nodes).await.unwrap();
     batch.describe_instances(&nodes).await.unwrap();
     let text = metrics.encode().unwrap();
