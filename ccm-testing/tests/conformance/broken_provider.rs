@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
-    LoadBalancerStatus, Node, NodeAddress, Route, Routes, Service, Zone, Zones, async_trait,
+    LoadBalancerStatus, NodeAddress, NodeView, Route, Routes, Service, Zone, Zones, async_trait,
 };
 use ccm_testing::fake_cloud::FakeCloud;
 
@@ -60,7 +60,7 @@ pub(crate) struct Broken {
     metadata_calls: Mutex<BTreeMap<String, usize>>,
     ever_ensured: Mutex<bool>,
     pending: Mutex<BTreeSet<String>>,
-    current: Mutex<Option<Node>>,
+    current: Mutex<Option<NodeView>>,
     by_hint: Mutex<BTreeMap<String, Route>>,
 }
 
@@ -90,8 +90,8 @@ impl Broken {
     }
 }
 
-fn name(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn name(node: &NodeView) -> String {
+    node.name().to_owned()
 }
 
 #[async_trait]
@@ -124,7 +124,7 @@ impl CloudProvider for Broken {
 
 #[async_trait]
 impl InstancesV2 for Broken {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         let exists = InstancesV2::instance_exists(&self.inner, node).await?;
         if self.is(Flaw::ExistsErrorsForUnknown) && !exists {
             return Err(CloudError::InstanceNotFound);
@@ -137,12 +137,12 @@ impl InstancesV2 for Broken {
         Ok(exists)
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         let shutdown = InstancesV2::instance_shutdown(&self.inner, node).await?;
         Ok(shutdown && !self.is(Flaw::ShutdownNeverReported))
     }
 
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         if self.is(Flaw::RacyMetadata) {
             *self.current.lock().unwrap() = Some(node.clone());
             tokio::task::yield_now().await;
@@ -236,7 +236,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         if self.is(Flaw::CancelLeaksLoadBalancer) {
             // Allocates a cloud resource, then awaits: dropped here, the resource leaks.
@@ -261,7 +261,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         if self.is(Flaw::UpdateIgnoresHosts) {
             return Ok(());

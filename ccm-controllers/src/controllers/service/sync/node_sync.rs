@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, LoadBalancerHostsBatch};
+use ccm_core::{CloudError, LoadBalancerHostsBatch, NodeView};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use tokio::sync::mpsc;
@@ -35,7 +35,7 @@ use crate::machinery::informer::{Change, Subscription};
 #[derive(Clone)]
 pub(super) struct HostSet {
     generation: u64,
-    pub(super) nodes: Arc<[Arc<Node>]>,
+    pub(super) nodes: Arc<[NodeView]>,
     pub(super) keys: Arc<[HostKey]>,
     /// The last host list compared with `keys`, and whether it was sufficiently equal: most
     /// load balancers remember the same list, so a node-sync pass over 10,000 load balancers
@@ -161,7 +161,7 @@ impl Reconciler {
         };
         let set = HostSet {
             generation,
-            nodes: hosts.into(),
+            nodes: hosts.iter().map(|n| NodeView::from_node(n)).collect(),
             keys,
             compared: Arc::default(),
         };
