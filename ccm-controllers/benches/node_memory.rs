@@ -1,36 +1,29 @@
-//! What one cached Node costs the CCM, and where it goes (issue 25, item 3): the bytes the
+//! What one cached Node costs the CCM, and where it goes (issues 25 and 34): the bytes the
 //! shared Node informer holds per Node (kubelet-registered and initialised, stripped as the
-//! runtime strips it), broken down by part, and the bytes per key of a work queue.
+//! runtime strips it), in the compact form the runtime keeps (`NodeView`, interned strings)
+//! against the k8s-openapi `Node` it kept up to 0.2, and the bytes per key of a work queue.
 //!
 //! Run with `cargo bench -p ccm-controllers --bench node_memory` (add `-- <nodes>`, default
-//! 20,000). It prints a table; it asserts nothing (memory is a figure, not a test).
+//! 20,000). It prints a table; it asserts nothing about the figures (memory is a figure, not a
+//! test), only that every cached view rebuilds the `Node` the 0.2 store held.
 //!
 //! Bytes are counted by dhat's allocator (bytes asked of the allocator, live at the moment of
 //! the reading). The resident memory a process pays on top of that (the allocator's headers,
-//! rounding and free space) is read from `/proc/self/statm` around the informer's fill; it is
-//! the figure of this single-threaded run, not of the multi-threaded binary (see the scale
-//! bench for that). In this process it includes dhat's own record of each live block (some 65
-//! bytes a block); a child run of the bench without dhat's profiler (`-- <nodes> --resident
-//! informer|compact`, run by the bench itself) gives the figure with glibc's malloc alone.
-//!
-//! It then holds the same Nodes in a prototype compact form (`CompactNode`, below: interned
-//! label and annotation strings, only the fields the runtime keeps), asserts that every
-//! compact Node rebuilds a `Node` equal to the informer's, counts it the same way, and
-//! measures what rebuilding a full host list (`Vec<Arc<Node>>`) from it would cost.
+//! rounding and free space) comes from child runs of this bench without dhat's profiler (`--
+//! <nodes> --resident compact|full`, run by the bench itself: dhat keeps a record of some 65
+//! bytes per live block), read from `/proc/self/statm` around the informer's fill, which also
+//! time the fill and a run of watch updates (what compacting costs at start-up and per update).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ccm_controllers::{Backoff, Informer, WorkQueue, strip_node};
-use ccm_core::Node;
+use ccm_core::{Node, NodeView};
 use ccm_testing::builders::kubelet_node;
-use k8s_openapi::api::core::v1::{
-    NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
-};
+use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::ObjectMeta;
 use kube::runtime::watcher::Event;
 use tokio_util::sync::CancellationToken;
 
@@ -49,22 +42,12 @@ fn blocks() -> usize {
 
 /// Resident bytes of this process now.
 fn resident() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
-/// Heap bytes a value keeps alive: a clone of it, measured while it lives.
-fn held<T: Clone>(value: &T) -> usize {
-    let before = heap();
-    let copy = value.clone();
-    let after = heap();
-    drop(copy);
-    after.saturating_sub(before)
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).map(str::to_owned))
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(0)
+        * 4096
 }
 
 /// A Node as a kubelet registers it and the CCM initialises it, with the fields the API server
@@ -111,19 +94,15 @@ fn initialised_node(i: usize) -> Node {
     node
 }
 
-/// The shared informer filled with the Nodes of `texts`, decoded one by one as the watcher
-/// decodes them; its driver task and shutdown token.
-async fn fill_informer(
+/// Sends the Nodes of `texts` to an informer as one list, decoded one by one as the watcher
+/// decodes them, and waits until it holds them all.
+async fn send_list<T: ccm_controllers::CachedObject>(
+    tx: &futures::channel::mpsc::UnboundedSender<
+        Result<Event<Node>, kube::runtime::watcher::Error>,
+    >,
+    informer: &Informer<Node, T>,
     texts: &[String],
-) -> (
-    Informer<Node>,
-    tokio::task::JoinHandle<()>,
-    CancellationToken,
 ) {
-    let (tx, rx) = futures::channel::mpsc::unbounded();
-    let shutdown = CancellationToken::new();
-    let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
-    let task = tokio::spawn(driver);
     tx.unbounded_send(Ok(Event::Init)).unwrap();
     for (i, text) in texts.iter().enumerate() {
         let node: Node = serde_json::from_str(text).expect("a Node decodes");
@@ -135,10 +114,93 @@ async fn fill_informer(
     }
     tx.unbounded_send(Ok(Event::InitDone)).unwrap();
     assert!(informer.wait_until_synced().await);
-    while informer.list().len() < texts.len() {
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    while informer.len() < texts.len() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    (informer, task, shutdown)
+}
+
+/// Sends `updates` watch updates (a heartbeat: a new resourceVersion and `Ready` heartbeat
+/// time, as kubelet's status writes) round the Nodes of `texts`, and waits until the informer
+/// applied them all.
+async fn send_updates<T: ccm_controllers::CachedObject>(
+    tx: &futures::channel::mpsc::UnboundedSender<
+        Result<Event<Node>, kube::runtime::watcher::Error>,
+    >,
+    informer: &Informer<Node, T>,
+    texts: &[String],
+    updates: usize,
+) {
+    let target = informer.generation() + updates as u64;
+    for u in 0..updates {
+        let mut node: Node = serde_json::from_str(&texts[u % texts.len()]).expect("a Node decodes");
+        node.metadata.resource_version = Some(format!("{}", 2_000_000 + u));
+        if let Some(ready) = node
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.iter_mut().find(|c| c.type_ == "Ready"))
+        {
+            ready.last_heartbeat_time = Some(Time(jiff::Timestamp::now()));
+        }
+        tx.unbounded_send(Ok(Event::Apply(node))).unwrap();
+        if u % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    while informer.generation() < target {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+type Sender =
+    futures::channel::mpsc::UnboundedSender<Result<Event<Node>, kube::runtime::watcher::Error>>;
+
+/// The runtime's Node informer (compact views) or the 0.2 one (`Arc<Node>`), empty, with its
+/// sender, driver task and shutdown token.
+fn informer<T: ccm_controllers::CachedObject>(
+    make: impl FnOnce(
+        futures::channel::mpsc::UnboundedReceiver<
+            Result<Event<Node>, kube::runtime::watcher::Error>,
+        >,
+        CancellationToken,
+    ) -> (
+        Informer<Node, T>,
+        std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    ),
+) -> (
+    Informer<Node, T>,
+    Sender,
+    tokio::task::JoinHandle<()>,
+    CancellationToken,
+) {
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let shutdown = CancellationToken::new();
+    let (informer, driver) = make(rx, shutdown.clone());
+    (informer, tx, tokio::spawn(driver), shutdown)
+}
+
+fn compact_informer() -> (
+    Informer<Node, NodeView>,
+    Sender,
+    tokio::task::JoinHandle<()>,
+    CancellationToken,
+) {
+    informer(|rx, shutdown| {
+        let (i, d) = Informer::nodes_from_stream(rx, strip_node, shutdown);
+        (i, Box::pin(d))
+    })
+}
+
+fn full_informer() -> (
+    Informer<Node>,
+    Sender,
+    tokio::task::JoinHandle<()>,
+    CancellationToken,
+) {
+    informer(|rx, shutdown| {
+        let (i, d) = Informer::from_stream(rx, strip_node, shutdown);
+        (i, Box::pin(d))
+    })
 }
 
 /// The JSON text of `nodes` initialised Nodes. The watcher decodes each Node from its JSON
@@ -164,194 +226,124 @@ async fn main() {
     let texts = node_texts(nodes);
     let json_per_node = texts.iter().map(String::len).sum::<usize>() / nodes;
 
-    let (heap_before, blocks_before, resident_before) = (heap(), blocks(), resident());
-    let (informer, task, shutdown) = fill_informer(&texts).await;
-    let store_per_node = heap().saturating_sub(heap_before) / nodes;
-    let store_blocks_per_node = blocks().saturating_sub(blocks_before) as f64 / nodes as f64;
-    let resident_per_node = resident().saturating_sub(resident_before) / nodes;
+    // The 0.2 store (k8s-openapi `Node`s), filled first: what the views must give back.
+    let (heap_before, blocks_before) = (heap(), blocks());
+    let (full, full_tx, full_task, full_shutdown) = full_informer();
+    send_list(&full_tx, &full, &texts).await;
+    let full_per_node = heap().saturating_sub(heap_before) / nodes;
+    let full_blocks = blocks().saturating_sub(blocks_before) as f64 / nodes as f64;
 
-    let one = informer
-        .get(&texts_name(0))
-        .expect("the first Node is stored");
-    let meta: &ObjectMeta = &one.metadata;
-    let spec: &Option<NodeSpec> = &one.spec;
-    let status: &Option<NodeStatus> = &one.status;
-    let whole = held(&*one) + std::mem::size_of::<Node>();
-    let rows: Vec<(&str, usize)> = vec![
-        (
-            "Node struct itself (inline, every field)",
-            std::mem::size_of::<Node>(),
-        ),
-        ("metadata.labels (12)", held(&meta.labels)),
-        ("metadata.annotations (1)", held(&meta.annotations)),
-        (
-            "metadata: name, uid, resourceVersion",
-            held(&meta.name) + held(&meta.uid) + held(&meta.resource_version),
-        ),
-        ("spec (providerID)", held(spec)),
-        (
-            "status.conditions (Ready, NetworkUnavailable)",
-            held(&status.as_ref().and_then(|s| s.conditions.clone())),
-        ),
-        (
-            "status.addresses (2)",
-            held(&status.as_ref().and_then(|s| s.addresses.clone())),
-        ),
-        (
-            "status.nodeInfo (4 strings kept)",
-            held(&status.as_ref().and_then(|s| s.node_info.clone())),
-        ),
-    ];
-    println!(
-        "Node memory, {nodes} kubelet-registered initialised Nodes, stripped as the runtime does"
-    );
-    println!("{:<52} {:>8}", "part", "bytes");
-    for (part, bytes) in &rows {
-        println!("{part:<52} {bytes:>8}");
+    // The runtime's store: compact views with interned strings.
+    let (heap_before, blocks_before) = (heap(), blocks());
+    let (compact, tx, task, shutdown) = compact_informer();
+    send_list(&tx, &compact, &texts).await;
+    let compact_per_node = heap().saturating_sub(heap_before) / nodes;
+    let compact_blocks = blocks().saturating_sub(blocks_before) as f64 / nodes as f64;
+
+    // Nothing the controllers and providers see is lost: every view rebuilds the Node the
+    // 0.2 store holds.
+    for view in compact.list() {
+        let cached = full.get(view.name()).expect("both stores hold the Node");
+        assert!(view.to_node() == *cached, "{} rebuilt differs", view.name());
     }
-    println!("{:<52} {:>8}", "one Node, whole (struct + heap)", whole);
-    println!(
-        "{:<52} {:>8}",
-        "informer store per Node (Node + store entry)", store_per_node
-    );
-    println!(
-        "{:<52} {:>8.1}",
-        "allocations per stored Node", store_blocks_per_node
-    );
-    println!(
-        "{:<52} {:>8}",
-        "  of which store entry and Arc (store - whole)",
-        store_per_node.saturating_sub(whole)
-    );
-    println!(
-        "{:<52} {:>8}",
-        "resident per stored Node (this process, with dhat)", resident_per_node
-    );
-    println!(
-        "{:<52} {:>8}",
-        "JSON text per Node (without images)", json_per_node
-    );
+
+    // What rebuilding full Nodes costs (`NodeView::to_node`), per Node.
+    let stats = dhat::HeapStats::get();
+    let (total_before, total_blocks_before, live_before) =
+        (stats.total_bytes, stats.total_blocks, stats.curr_bytes);
+    let rebuilt: Vec<Arc<Node>> = compact
+        .list()
+        .iter()
+        .map(|v| Arc::new(v.to_node()))
+        .collect();
+    let stats = dhat::HeapStats::get();
+    let rebuilt_live = stats.curr_bytes.saturating_sub(live_before) / nodes;
+    let rebuilt_total = (stats.total_bytes - total_before) as usize / nodes;
+    let rebuilt_blocks = (stats.total_blocks - total_blocks_before) as f64 / nodes as f64;
+    drop(rebuilt);
 
     let queue: WorkQueue<String> = WorkQueue::new("bench", Backoff::CONTROLLER, None);
     let before = heap();
     for i in 0..nodes {
         queue.add(texts_name(i));
     }
-    println!(
-        "{:<52} {:>8}",
-        "work queue per waiting key (Node name)",
-        heap().saturating_sub(before) / nodes
-    );
+    let queue_per_key = heap().saturating_sub(before) / nodes;
     queue.shut_down();
 
-    let full = (store_per_node, store_blocks_per_node, resident_per_node);
-    compact(&texts, &informer, full);
+    full_shutdown.cancel();
+    let _ = full_task.await;
     shutdown.cancel();
     let _ = task.await;
-}
 
-/// The compact store of the same Nodes against the informer's: checked equal Node by Node,
-/// counted, and the cost of rebuilding a host list of full Nodes from it.
-///
-/// `full` is the informer's figures: heap bytes, allocations and resident bytes per Node.
-fn compact(texts: &[String], informer: &Informer<Node>, full: (usize, f64, usize)) {
-    let (store_per_node, store_blocks_per_node, resident) = full;
-    let nodes = texts.len();
-    let (heap_before, blocks_before) = (heap(), blocks());
-    let mut store = CompactStore::fill(texts);
-    let compact_per_node = heap().saturating_sub(heap_before) / nodes;
-    let compact_blocks = blocks().saturating_sub(blocks_before) as f64 / nodes as f64;
-
-    // Nothing the controllers and providers see is lost: every rebuilt Node equals the
-    // informer's.
-    assert_eq!(store.nodes.len(), nodes);
-    for (name, compact) in &store.nodes {
-        let cached = informer.get(name).expect("the informer holds the Node");
-        assert!(compact.to_node() == *cached, "{name} rebuilt differs");
-    }
-
-    let before = heap();
-    let interner = std::mem::take(&mut store.interner);
-    let interned = interner.0.len();
-    drop(interner);
-    let interner_table = before.saturating_sub(heap());
-
-    let stats = dhat::HeapStats::get();
-    let (total_before, total_blocks_before, live_before) =
-        (stats.total_bytes, stats.total_blocks, stats.curr_bytes);
-    let hosts = store.host_list();
-    let stats = dhat::HeapStats::get();
-    let rebuilt_live = stats.curr_bytes.saturating_sub(live_before) / nodes;
-    let rebuilt_total = (stats.total_bytes - total_before) as usize / nodes;
-    let rebuilt_blocks = (stats.total_blocks - total_blocks_before) as f64 / nodes as f64;
-    assert_eq!(hosts.len(), nodes);
-    drop(hosts);
-
-    let child = child_figures(nodes, "compact");
-    let informer_child = child_figures(nodes, "informer");
+    let full_child = child_figures(nodes, "full");
+    let compact_child = child_figures(nodes, "compact");
     let figure =
         |figures: &HashMap<String, f64>, key: &str| figures.get(key).copied().unwrap_or(0.0);
 
-    println!();
-    println!("A compact cached Node (prototype, this bench): the same {nodes} Nodes, each rebuilt");
-    println!("by to_node() equal to the informer's (asserted for every Node)");
-    println!("{:<52} {:>10} {:>10}", "", "Node", "compact");
+    println!(
+        "Node memory, {nodes} kubelet-registered initialised Nodes, stripped as the runtime does"
+    );
+    println!("(compact: the runtime's store since 0.3; Node: the 0.2 store, for comparison; every");
+    println!("view's to_node() asserted equal to the 0.2 store's Node)");
+    println!("{:<58} {:>10} {:>10}", "", "Node", "compact");
     let row = |what: &str, full: String, compact: String| {
-        println!("{what:<52} {full:>10} {compact:>10}");
+        println!("{what:<58} {full:>10} {compact:>10}");
     };
     row(
         "struct itself (inline)",
         std::mem::size_of::<Node>().to_string(),
-        std::mem::size_of::<CompactNode>().to_string(),
+        std::mem::size_of::<NodeView>().to_string(),
     );
     row(
-        "store per Node (heap bytes, interner included)",
-        store_per_node.to_string(),
+        "store per Node, heap bytes (interner included)",
+        full_per_node.to_string(),
         compact_per_node.to_string(),
     );
     row(
-        "  interner's table, bytes for all Nodes together",
-        "-".into(),
-        interner_table.to_string(),
-    );
-    row(
         "allocations per stored Node",
-        format!("{store_blocks_per_node:.1}"),
+        format!("{full_blocks:.1}"),
         format!("{compact_blocks:.1}"),
     );
     row(
-        "resident per stored Node, dhat profiling (above)",
-        resident.to_string(),
-        "-".into(),
+        "resident per stored Node, glibc alone (child run)",
+        format!("{:.0}", figure(&full_child, "resident_per_node")),
+        format!("{:.0}", figure(&compact_child, "resident_per_node")),
     );
     row(
-        "resident per stored Node, glibc alone (child run)",
-        format!("{:.0}", figure(&informer_child, "resident_per_node")),
-        format!("{:.0}", figure(&child, "resident_per_node")),
+        "start-up: µs per Node listed (decode, strip, store)",
+        format!("{:.2}", figure(&full_child, "list_us")),
+        format!("{:.2}", figure(&compact_child, "list_us")),
     );
-    println!("{:<52} {:>10}", "strings in the interner", interned);
+    row(
+        "watch update: µs per update (decode, strip, store)",
+        format!("{:.2}", figure(&full_child, "update_us")),
+        format!("{:.2}", figure(&compact_child, "update_us")),
+    );
+    row(
+        "list(): ns per Node (a host list's clones)",
+        format!("{:.1}", figure(&full_child, "list_ns")),
+        format!("{:.1}", figure(&compact_child, "list_ns")),
+    );
+    println!(
+        "{:<58} {:>10}",
+        "JSON text per Node (without images)", json_per_node
+    );
+    println!(
+        "{:<58} {:>10}",
+        "work queue per waiting key (Node name)", queue_per_key
+    );
     println!();
-    println!("Rebuilding a host list: to_node() of every Node into a Vec<Arc<Node>>");
-    println!("{:<52} {:>10}", "bytes allocated per Node", rebuilt_total);
+    println!("NodeView::to_node(), per Node (a provider asking for a full Node)");
+    println!("{:<58} {:>10}", "bytes allocated", rebuilt_total);
     println!(
-        "{:<52} {:>10}",
-        "  of which live while the list lives", rebuilt_live
+        "{:<58} {:>10}",
+        "  of which live while the Node lives", rebuilt_live
     );
-    println!("{:<52} {:>10.1}", "allocations per Node", rebuilt_blocks);
+    println!("{:<58} {:>10.1}", "allocations", rebuilt_blocks);
     println!(
-        "{:<52} {:>10.0}",
+        "{:<58} {:>10.0}",
         "ns per Node, rebuild (child run, best of 5)",
-        figure(&child, "rebuild_ns")
-    );
-    println!(
-        "{:<52} {:>10.0}",
-        "ns per Node, dropping the list (child run, best of 5)",
-        figure(&child, "drop_ns")
-    );
-    println!(
-        "{:<52} {:>10.1}",
-        "ns per Node, today's list() of shared Arcs (best of 5)",
-        figure(&informer_child, "list_ns")
+        figure(&compact_child, "rebuild_ns")
     );
 }
 
@@ -370,333 +362,69 @@ fn child_figures(nodes: usize, what: &str) -> HashMap<String, f64> {
         .collect()
 }
 
-/// The child run: fills the informer or the compact store without dhat's profiler and prints
-/// the resident bytes per Node, and the time of a host list.
+/// The child run: fills the compact (`compact`) or the 0.2 (`full`) store without dhat's
+/// profiler, prints the resident bytes per Node and the time per listed Node, then times
+/// watch updates, `list()` and (compact) `to_node()`.
 async fn resident_child(nodes: usize, what: &str) {
     let texts = node_texts(nodes);
-    let before = resident();
     if what == "compact" {
-        let store = CompactStore::fill(&texts);
-        println!(
-            "resident_per_node={}",
-            resident().saturating_sub(before) / nodes
-        );
+        let (informer, tx, task, shutdown) = compact_informer();
+        measure(&informer, &tx, &texts).await;
         let mut rebuild = f64::MAX;
-        let mut dropping = f64::MAX;
+        let views = informer.list();
         for _ in 0..5 {
             let started = Instant::now();
-            let hosts = std::hint::black_box(store.host_list());
+            let hosts: Vec<Node> =
+                std::hint::black_box(views.iter().map(NodeView::to_node).collect());
             rebuild = rebuild.min(started.elapsed().as_nanos() as f64 / nodes as f64);
-            let started = Instant::now();
             drop(hosts);
-            dropping = dropping.min(started.elapsed().as_nanos() as f64 / nodes as f64);
         }
         println!("rebuild_ns={rebuild}");
-        println!("drop_ns={dropping}");
+        shutdown.cancel();
+        let _ = task.await;
     } else {
-        let (informer, task, shutdown) = fill_informer(&texts).await;
-        println!(
-            "resident_per_node={}",
-            resident().saturating_sub(before) / nodes
-        );
-        let mut list_ns = f64::MAX;
-        for _ in 0..5 {
-            let started = Instant::now();
-            let hosts = std::hint::black_box(informer.list());
-            list_ns = list_ns.min(started.elapsed().as_nanos() as f64 / nodes as f64);
-            drop(hosts);
-        }
-        println!("list_ns={list_ns}");
+        let (informer, tx, task, shutdown) = full_informer();
+        measure(&informer, &tx, &texts).await;
         shutdown.cancel();
         let _ = task.await;
     }
 }
 
+/// The child's figures for one store: resident bytes and µs per listed Node, µs per watch
+/// update, ns per Node of `list()`.
+async fn measure<T: ccm_controllers::CachedObject>(
+    informer: &Informer<Node, T>,
+    tx: &Sender,
+    texts: &[String],
+) {
+    let nodes = texts.len();
+    let before = resident();
+    let started = Instant::now();
+    send_list(tx, informer, texts).await;
+    let list_us = started.elapsed().as_secs_f64() * 1e6 / nodes as f64;
+    println!(
+        "resident_per_node={}",
+        resident().saturating_sub(before) / nodes
+    );
+    println!("list_us={list_us}");
+    let updates = nodes.max(1);
+    let started = Instant::now();
+    send_updates(tx, informer, texts, updates).await;
+    println!(
+        "update_us={}",
+        started.elapsed().as_secs_f64() * 1e6 / updates as f64
+    );
+    let mut list_ns = f64::MAX;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let hosts = std::hint::black_box(informer.list());
+        list_ns = list_ns.min(started.elapsed().as_nanos() as f64 / nodes as f64);
+        drop(hosts);
+    }
+    println!("list_ns={list_ns}");
+}
+
 /// The name of the `i`th Node of [`initialised_node`].
 fn texts_name(i: usize) -> String {
     format!("bench-node-{i:06}")
-}
-
-// ---------------------------------------------------------------------------------------------
-// A compact cached Node (a prototype, this bench only): what the informer store would hold if
-// it kept its own form instead of k8s-openapi's `Node`. Label and annotation keys and values,
-// condition types, statuses and reasons, address and taint words are `Arc<str>` interned by
-// one interner shared by every Node; a value equal to the Node's name (the hostname label, the
-// Hostname address) shares the name's `Arc`; the values unique to a Node are `Box<str>`.
-// `to_node()` rebuilds the `Node`; the bench asserts it equals the stripped Node it was made
-// from, for every Node.
-
-/// The shared strings of every compact Node.
-#[derive(Default)]
-struct Interner(HashSet<Arc<str>>);
-
-impl Interner {
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.0.get(s) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = Arc::from(s);
-        self.0.insert(shared.clone());
-        shared
-    }
-
-    /// `s`, sharing the Node's name when equal to it (the hostname label, the Hostname
-    /// address), interned otherwise.
-    fn get_or_name(&mut self, s: &str, name: &Option<Arc<str>>) -> Arc<str> {
-        match name {
-            Some(n) if &**n == s => n.clone(),
-            _ => self.get(s),
-        }
-    }
-}
-
-/// Labels or annotations (key, value), or addresses (type, address).
-type Pairs = Option<Box<[(Arc<str>, Arc<str>)]>>;
-
-struct CompactTaint {
-    key: Arc<str>,
-    value: Option<Arc<str>>,
-    effect: Arc<str>,
-    time_added: Option<Time>,
-}
-
-struct CompactCondition {
-    type_: Arc<str>,
-    status: Arc<str>,
-    reason: Option<Arc<str>>,
-    message: Option<Box<str>>,
-    last_heartbeat_time: Option<Time>,
-    last_transition_time: Option<Time>,
-}
-
-/// The four `nodeInfo` strings the runtime keeps (the others are emptied by `strip_node`).
-struct CompactNodeInfo {
-    architecture: Arc<str>,
-    operating_system: Arc<str>,
-    machine_id: Box<str>,
-    system_uuid: Box<str>,
-}
-
-/// What the controllers and providers read of a cached Node. `spec`/`status` record whether
-/// the Node had them (`Some` with every field unset is not `None`).
-struct CompactNode {
-    name: Option<Arc<str>>,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
-    creation_timestamp: Option<Time>,
-    deletion_timestamp: Option<Time>,
-    labels: Pairs,
-    annotations: Pairs,
-    spec: bool,
-    provider_id: Option<Box<str>>,
-    pod_cidr: Option<Box<str>>,
-    pod_cidrs: Option<Box<[Box<str>]>>,
-    taints: Option<Box<[CompactTaint]>>,
-    unschedulable: Option<bool>,
-    status: bool,
-    addresses: Pairs,
-    conditions: Option<Box<[CompactCondition]>>,
-    node_info: Option<CompactNodeInfo>,
-}
-
-fn boxed(s: &Option<String>) -> Option<Box<str>> {
-    s.as_deref().map(Box::from)
-}
-
-fn unboxed(s: &Option<Box<str>>) -> Option<String> {
-    s.as_deref().map(String::from)
-}
-
-impl CompactNode {
-    /// The compact form of a stripped Node. Fields outside it (finalizers, owner references,
-    /// externalID, configSource, phase, swap, what `strip_node` drops) are not carried: the
-    /// bench's equality check fails if a Node has them.
-    fn new(node: &Node, interner: &mut Interner) -> Self {
-        let meta = &node.metadata;
-        let name: Option<Arc<str>> = meta.name.as_deref().map(Arc::from);
-        let mut pairs = |map: &Option<BTreeMap<String, String>>| -> Pairs {
-            map.as_ref().map(|m| {
-                m.iter()
-                    .map(|(k, v)| (interner.get(k), interner.get_or_name(v, &name)))
-                    .collect()
-            })
-        };
-        let labels = pairs(&meta.labels);
-        let annotations = pairs(&meta.annotations);
-        let spec = node.spec.as_ref();
-        let status = node.status.as_ref();
-        let taints = spec.and_then(|s| s.taints.as_ref()).map(|taints| {
-            taints
-                .iter()
-                .map(|t| CompactTaint {
-                    key: interner.get(&t.key),
-                    value: t.value.as_deref().map(|v| interner.get(v)),
-                    effect: interner.get(&t.effect),
-                    time_added: t.time_added.clone(),
-                })
-                .collect()
-        });
-        let addresses = status.and_then(|s| s.addresses.as_ref()).map(|addresses| {
-            addresses
-                .iter()
-                .map(|a| {
-                    let address = match &name {
-                        Some(n) if **n == *a.address => n.clone(),
-                        _ => Arc::from(a.address.as_str()),
-                    };
-                    (interner.get(&a.type_), address)
-                })
-                .collect()
-        });
-        let conditions = status
-            .and_then(|s| s.conditions.as_ref())
-            .map(|conditions| {
-                conditions
-                    .iter()
-                    .map(|c| CompactCondition {
-                        type_: interner.get(&c.type_),
-                        status: interner.get(&c.status),
-                        reason: c.reason.as_deref().map(|r| interner.get(r)),
-                        message: boxed(&c.message),
-                        last_heartbeat_time: c.last_heartbeat_time.clone(),
-                        last_transition_time: c.last_transition_time.clone(),
-                    })
-                    .collect()
-            });
-        let node_info = status
-            .and_then(|s| s.node_info.as_ref())
-            .map(|i| CompactNodeInfo {
-                architecture: interner.get(&i.architecture),
-                operating_system: interner.get(&i.operating_system),
-                machine_id: Box::from(i.machine_id.as_str()),
-                system_uuid: Box::from(i.system_uuid.as_str()),
-            });
-        CompactNode {
-            uid: boxed(&meta.uid),
-            resource_version: boxed(&meta.resource_version),
-            creation_timestamp: meta.creation_timestamp.clone(),
-            deletion_timestamp: meta.deletion_timestamp.clone(),
-            labels,
-            annotations,
-            spec: spec.is_some(),
-            provider_id: spec.and_then(|s| boxed(&s.provider_id)),
-            pod_cidr: spec.and_then(|s| boxed(&s.pod_cidr)),
-            pod_cidrs: spec
-                .and_then(|s| s.pod_cidrs.as_ref())
-                .map(|c| c.iter().map(|c| Box::from(c.as_str())).collect()),
-            taints,
-            unschedulable: spec.and_then(|s| s.unschedulable),
-            status: status.is_some(),
-            addresses,
-            conditions,
-            node_info,
-            name,
-        }
-    }
-
-    /// The full `Node` again, as a provider call takes it.
-    fn to_node(&self) -> Node {
-        let map = |pairs: &Pairs| {
-            pairs.as_ref().map(|p| {
-                p.iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>()
-            })
-        };
-        Node {
-            metadata: ObjectMeta {
-                name: self.name.as_deref().map(String::from),
-                uid: unboxed(&self.uid),
-                resource_version: unboxed(&self.resource_version),
-                creation_timestamp: self.creation_timestamp.clone(),
-                deletion_timestamp: self.deletion_timestamp.clone(),
-                labels: map(&self.labels),
-                annotations: map(&self.annotations),
-                ..ObjectMeta::default()
-            },
-            spec: self.spec.then(|| NodeSpec {
-                provider_id: unboxed(&self.provider_id),
-                pod_cidr: unboxed(&self.pod_cidr),
-                pod_cidrs: self
-                    .pod_cidrs
-                    .as_ref()
-                    .map(|c| c.iter().map(|c| String::from(&**c)).collect()),
-                taints: self.taints.as_ref().map(|taints| {
-                    taints
-                        .iter()
-                        .map(|t| Taint {
-                            key: t.key.to_string(),
-                            value: t.value.as_deref().map(String::from),
-                            effect: t.effect.to_string(),
-                            time_added: t.time_added.clone(),
-                        })
-                        .collect()
-                }),
-                unschedulable: self.unschedulable,
-                ..NodeSpec::default()
-            }),
-            status: self.status.then(|| NodeStatus {
-                addresses: self.addresses.as_ref().map(|addresses| {
-                    addresses
-                        .iter()
-                        .map(|(type_, address)| NodeAddress {
-                            type_: type_.to_string(),
-                            address: address.to_string(),
-                        })
-                        .collect()
-                }),
-                conditions: self.conditions.as_ref().map(|conditions| {
-                    conditions
-                        .iter()
-                        .map(|c| NodeCondition {
-                            type_: c.type_.to_string(),
-                            status: c.status.to_string(),
-                            reason: c.reason.as_deref().map(String::from),
-                            message: unboxed(&c.message),
-                            last_heartbeat_time: c.last_heartbeat_time.clone(),
-                            last_transition_time: c.last_transition_time.clone(),
-                        })
-                        .collect()
-                }),
-                node_info: self.node_info.as_ref().map(|i| NodeSystemInfo {
-                    architecture: i.architecture.to_string(),
-                    operating_system: i.operating_system.to_string(),
-                    machine_id: i.machine_id.to_string(),
-                    system_uuid: i.system_uuid.to_string(),
-                    ..NodeSystemInfo::default()
-                }),
-                ..NodeStatus::default()
-            }),
-        }
-    }
-}
-
-/// A compact store: the compact Nodes by name (the key shares the Node's name), and the
-/// interner of their strings.
-struct CompactStore {
-    nodes: HashMap<Arc<str>, Arc<CompactNode>>,
-    interner: Interner,
-}
-
-impl CompactStore {
-    /// Decodes, strips and compacts each Node as a compact informer would.
-    fn fill(texts: &[String]) -> Self {
-        let mut store = CompactStore {
-            nodes: HashMap::new(),
-            interner: Interner::default(),
-        };
-        for text in texts {
-            let mut node: Node = serde_json::from_str(text).expect("a Node decodes");
-            strip_node(&mut node);
-            let compact = CompactNode::new(&node, &mut store.interner);
-            let key = compact.name.clone().expect("a named Node");
-            store.nodes.insert(key, Arc::new(compact));
-        }
-        store
-    }
-
-    /// Every Node rebuilt, as a provider's host list would be.
-    fn host_list(&self) -> Vec<Arc<Node>> {
-        self.nodes.values().map(|c| Arc::new(c.to_node())).collect()
-    }
 }

@@ -52,7 +52,7 @@ pub use machinery::events::{
     MAX_TRIES_PER_EVENT, WARN_LOG_INTERVAL,
 };
 pub use machinery::go_syntax::parse_go_duration;
-pub use machinery::informer::{Change, Informer, Subscription, strip_node};
+pub use machinery::informer::{CachedObject, Change, Informer, Subscription, strip_node};
 pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use machinery::workqueue::{Activity, ActivityGuard, Backoff, Outcome, WorkQueue};
 pub use runtime::builtin::builtin_controllers;

@@ -475,7 +475,17 @@ impl ControllerHarness {
 
     fn store_versions(&self) -> (Versions, Versions) {
         (
-            versions(self.ctx.nodes.list().iter().map(AsRef::as_ref)),
+            self.ctx
+                .nodes
+                .list()
+                .iter()
+                .map(|n| {
+                    (
+                        format!("/{}", n.name()),
+                        n.resource_version().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect(),
             versions(self.ctx.services.list().iter().map(AsRef::as_ref)),
         )
     }

@@ -44,11 +44,11 @@ pub async fn run_annotator(ctx: ControllerContext) -> Result<(), ControllerError
                 };
                 match change {
                     Some(Change::Applied { new, .. }) => {
-                        queue.add(new.metadata.name.clone().unwrap_or_default());
+                        queue.add(new.name().to_owned());
                     }
                     Some(Change::Resync) => {
                         for node in nodes.list() {
-                            queue.add(node.metadata.name.clone().unwrap_or_default());
+                            queue.add(node.name().to_owned());
                         }
                     }
                     Some(Change::Deleted(_)) => {}
@@ -69,14 +69,13 @@ pub async fn run_annotator(ctx: ControllerContext) -> Result<(), ControllerError
                 let Some(node) = store.get(&name) else {
                     return Outcome::Done; // deleted meanwhile
                 };
-                let has_provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_ref());
-                if has_provider_id.is_none() {
+                if !node.has_provider_id() {
                     return Outcome::Done; // not initialised yet; its update will requeue it
                 }
                 let Some(instances) = cloud.instances_v2() else {
                     return Outcome::Done;
                 };
-                let metadata = match instances.instance_metadata(&ccm_core::NodeView::from_node(&node)).await {
+                let metadata = match instances.instance_metadata(&node).await {
                     Ok(metadata) => metadata,
                     Err(CloudError::Retry { after, .. }) => return Outcome::RequeueAfter(after),
                     Err(e) => {
@@ -84,7 +83,7 @@ pub async fn run_annotator(ctx: ControllerContext) -> Result<(), ControllerError
                         return Outcome::Failed; // exponential backoff
                     }
                 };
-                let Some(patch) = plan(&node, &metadata.instance_type) else {
+                let Some(patch) = plan(&node.to_node(), &metadata.instance_type) else {
                     return Outcome::Done;
                 };
                 match nodes_api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {

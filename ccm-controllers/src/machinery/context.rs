@@ -1,6 +1,7 @@
 //! What every controller receives: the client, the (budgeted) cloud provider, the shared
 //! informers, metrics, events and the shutdown signal.
 
+use ccm_core::NodeView;
 use std::sync::Arc;
 
 use ccm_core::CloudProvider;
@@ -27,9 +28,10 @@ pub struct ControllerContext {
     pub client: Client,
     /// The cloud provider, wrapped in the cloud-call budget (metrics, rate limit, timeout).
     pub cloud: Arc<dyn CloudProvider>,
-    /// The shared Node informer. Its Nodes are stripped of what no controller or provider reads
-    /// ([`informer::strip_node`], or the vendor's replacement): never write one back whole.
-    pub nodes: Informer<Node>,
+    /// The shared Node informer. It holds each Node as a compact [`NodeView`] (what providers
+    /// receive), stripped of what no controller or provider reads ([`informer::strip_node`],
+    /// or the vendor's replacement): never write one back whole.
+    pub nodes: Informer<Node, NodeView>,
     /// The shared Service informer (`managedFields` stripped).
     pub services: Informer<Service>,
     /// The process's metrics registry.
@@ -126,7 +128,7 @@ impl ControllerContext {
             Some(s) => config.labels(s),
             None => config,
         };
-        let (nodes, node_driver) = Informer::new(
+        let (nodes, node_driver) = Informer::nodes(
             Api::<Node>::all(params.client.clone()),
             with_labels(informer::node_watcher_config(), &scope.node_labels),
             params.strip_node,

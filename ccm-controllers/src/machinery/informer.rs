@@ -5,10 +5,15 @@
 //! while the Go controllers' update handlers compare old and new (the service controller reacts
 //! to a Node only when its load-balancer eligibility or providerID flipped; the route controller
 //! only when `spec.podCIDRs` or `status.addresses` changed). Its subscribers also apply
-//! back-pressure to the watch, so a slow controller stalls every other one. Here the store is
-//! kube's `reflector::Store`, and changes go out on a bounded `tokio::sync::broadcast`; a
-//! subscriber that falls behind gets [`Change::Resync`] and rebuilds from the store instead of
-//! blocking anyone.
+//! back-pressure to the watch, so a slow controller stalls every other one. Here changes go out
+//! on a bounded `tokio::sync::broadcast`; a subscriber that falls behind gets
+//! [`Change::Resync`] and rebuilds from the store instead of blocking anyone.
+//!
+//! Why not kube's `reflector::Store` either: it holds the watched type itself (`Arc<K>`), and
+//! the Node informer holds a compact form instead ([`NodeView`], built by
+//! `machinery/node_cache.rs`: a quarter of a k8s-openapi `Node`). The store here is a map from
+//! the object's key to a [`CachedObject`]: `Arc<K>` for the Service informer, [`NodeView`] for
+//! the Node informer.
 //!
 //! After every (re)list, the informer diffs the new list against what it held and emits the
 //! resulting `Applied`/`Deleted` changes, so objects deleted while the watch was down are still
@@ -24,62 +29,88 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use ccm_core::NodeView;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::Resource;
 use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+
+use super::node_cache::NodeInterner;
 
 /// Default capacity of an informer's change broadcast. A subscriber more than this many changes
 /// behind receives [`Change::Resync`].
 pub(crate) const DEFAULT_BROADCAST_CAPACITY: usize = 4096;
 
-/// One change seen by an informer.
-#[derive(Debug)]
-pub enum Change<K> {
+/// What an informer's store holds for one object: `Arc<K>` (the object itself, shared), or
+/// [`NodeView`] for the Node informer. Cheap to clone.
+pub trait CachedObject: Clone + Send + Sync + 'static {
+    /// The store's key: `name` for a cluster-scoped object, `namespace/name` otherwise.
+    fn cache_key(&self) -> Arc<str>;
+    /// `metadata.resourceVersion`, which a re-list compares to tell changed objects.
+    fn cached_resource_version(&self) -> Option<&str>;
+}
+
+impl<K: Resource + Send + Sync + 'static> CachedObject for Arc<K> {
+    fn cache_key(&self) -> Arc<str> {
+        let meta = self.meta();
+        let name = meta.name.as_deref().unwrap_or_default();
+        match meta.namespace.as_deref() {
+            Some(ns) => Arc::from(format!("{ns}/{name}")),
+            None => Arc::from(name),
+        }
+    }
+    fn cached_resource_version(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+}
+
+impl CachedObject for NodeView {
+    fn cache_key(&self) -> Arc<str> {
+        // The view's own name: no copy of the string.
+        self.name_arc().cloned().unwrap_or_else(|| Arc::from(""))
+    }
+    fn cached_resource_version(&self) -> Option<&str> {
+        self.resource_version()
+    }
+}
+
+/// One change seen by an informer. `T` is what the store holds: `Arc<Service>`, [`NodeView`].
+#[derive(Debug, Clone)]
+pub enum Change<T> {
     /// An object was added (`old` is `None`) or modified.
     Applied {
         /// The object before the change, when the informer had it.
-        old: Option<Arc<K>>,
+        old: Option<T>,
         /// The object after the change.
-        new: Arc<K>,
+        new: T,
     },
     /// An object was deleted (its last known state).
-    Deleted(Arc<K>),
+    Deleted(T),
     /// The subscriber missed changes (it fell behind); treat every object in the store as
     /// changed.
     Resync,
 }
 
-impl<K> Clone for Change<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Change::Applied { old, new } => Change::Applied {
-                old: old.clone(),
-                new: new.clone(),
-            },
-            Change::Deleted(o) => Change::Deleted(o.clone()),
-            Change::Resync => Change::Resync,
-        }
-    }
-}
+/// The store: objects by [`CachedObject::cache_key`].
+type Objects<T> = HashMap<Arc<str>, T>;
 
 /// A shared informer handle: a read-only store plus a way to subscribe to changes. Cheap to
 /// clone; every clone sees the same store.
-pub struct Informer<K>
-where
-    K: Resource + 'static,
-    K::DynamicType: Hash + Eq + Clone,
-{
-    store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
+///
+/// `K` is the watched kind, `T` what the store holds for each object: `Informer<Service>`
+/// holds `Arc<Service>`s, the Node informer (`Informer<Node, NodeView>`) holds
+/// [`NodeView`]s, the compact form also handed to providers.
+pub struct Informer<K, T = Arc<K>> {
+    store: Arc<RwLock<Objects<T>>>,
+    synced: watch::Receiver<bool>,
+    changes: broadcast::Sender<Change<T>>,
     generation: Arc<AtomicU64>,
     /// Held while a change is applied to the store and broadcast, and while a subscriber takes
     /// its snapshot and subscribes: a subscriber sees each change either in its snapshot or on
@@ -88,6 +119,7 @@ where
     /// Initial objects handed to subscriptions and not yet received (see
     /// [`Informer::undelivered`]).
     initial_pending: Arc<AtomicUsize>,
+    kind: std::marker::PhantomData<fn() -> K>,
 }
 
 fn lock(publish: &Mutex<()>) -> MutexGuard<'_, ()> {
@@ -95,18 +127,25 @@ fn lock(publish: &Mutex<()>) -> MutexGuard<'_, ()> {
     publish.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl<K> Clone for Informer<K>
-where
-    K: Resource + 'static,
-    K::DynamicType: Hash + Eq + Clone,
-{
+fn read<T>(store: &RwLock<Objects<T>>) -> std::sync::RwLockReadGuard<'_, Objects<T>> {
+    // Every write replaces or removes whole entries: a panic in between leaves a consistent map.
+    store.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(store: &RwLock<Objects<T>>) -> std::sync::RwLockWriteGuard<'_, Objects<T>> {
+    store.write().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<K, T: Clone> Clone for Informer<K, T> {
     fn clone(&self) -> Self {
         Informer {
             store: self.store.clone(),
+            synced: self.synced.clone(),
             changes: self.changes.clone(),
             generation: self.generation.clone(),
             publish: self.publish.clone(),
             initial_pending: self.initial_pending.clone(),
+            kind: std::marker::PhantomData,
         }
     }
 }
@@ -114,14 +153,14 @@ where
 /// A subscription to an informer's objects and changes (see [`Informer::subscribe`]): first
 /// every object the store held when it was taken, as `Applied { old: None }`, then every change
 /// after that.
-pub struct Subscription<K> {
-    initial: std::vec::IntoIter<Arc<K>>,
-    rx: broadcast::Receiver<Change<K>>,
+pub struct Subscription<T> {
+    initial: std::vec::IntoIter<T>,
+    rx: broadcast::Receiver<Change<T>>,
     /// The informer's count of initial objects not yet received, less ours as we take them.
     initial_pending: Arc<AtomicUsize>,
 }
 
-impl<K> Subscription<K> {
+impl<T> Subscription<T> {
     /// Takes the rest of the initial objects off the informer's pending count.
     fn forget_initial(&mut self) {
         let rest = self.initial.len();
@@ -130,17 +169,17 @@ impl<K> Subscription<K> {
     }
 }
 
-impl<K> Drop for Subscription<K> {
+impl<T> Drop for Subscription<T> {
     fn drop(&mut self) {
         self.forget_initial();
     }
 }
 
-impl<K: Clone> Subscription<K> {
+impl<T: Clone> Subscription<T> {
     /// The next change; `None` once the informer has stopped. The objects of the initial
     /// state come first, each once. A subscriber that fell behind receives
     /// [`Change::Resync`] once, then the changes after the gap.
-    pub async fn recv(&mut self) -> Option<Change<K>> {
+    pub async fn recv(&mut self) -> Option<Change<T>> {
         if let Some(new) = self.initial.next() {
             self.initial_pending.fetch_sub(1, Ordering::SeqCst);
             return Some(Change::Applied { old: None, new });
@@ -163,14 +202,13 @@ impl<K: Clone> Subscription<K> {
 impl<K> Informer<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Hash + Eq + Clone + Default,
+    K::DynamicType: Default,
 {
-    /// Creates an informer over `api` and the future that drives its watch: a streaming
-    /// initial list where the API server offers one, else `config`'s paginated lists (see
-    /// `machinery/initial_list.rs`). The future runs
-    /// until `shutdown` fires; spawn it. `strip` is applied to every object before it is stored
-    /// (the runtime strips `managedFields`, and for Nodes `status.images`, which no controller
-    /// reads: a node's image list is most of its size).
+    /// Creates an informer over `api` that stores each object as an `Arc<K>`, and the future
+    /// that drives its watch: a streaming initial list where the API server offers one, else
+    /// `config`'s paginated lists (see `machinery/initial_list.rs`). The future runs until
+    /// `shutdown` fires; spawn it. `strip` is applied to every object before it is stored
+    /// (every informer drops `managedFields`).
     ///
     /// Objects in the store are therefore **not** complete: never write one back with a PUT.
     pub fn new(
@@ -192,37 +230,77 @@ where
     where
         S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     {
-        let (store, writer) = reflector::store::<K>();
-        let (changes, _) = broadcast::channel(DEFAULT_BROADCAST_CAPACITY);
-        let generation = Arc::new(AtomicU64::new(0));
-        let publish = Arc::new(Mutex::new(()));
-        let informer = Informer {
-            store: store.clone(),
-            changes: changes.clone(),
-            generation: generation.clone(),
-            publish: publish.clone(),
-            initial_pending: Arc::new(AtomicUsize::new(0)),
-        };
-        let driver = drive(
+        Self::building(
             stream,
-            Published {
-                writer,
-                store,
-                changes,
-                generation,
-                publish,
+            move |mut obj: K| {
+                strip(&mut obj);
+                Arc::new(obj)
             },
-            strip,
             shutdown,
-        );
+        )
+    }
+}
+
+impl Informer<Node, NodeView> {
+    /// The Node informer: like [`Informer::new`], with each Node stripped by `strip` and then
+    /// stored as a [`NodeView`] whose label, annotation and other shared strings are interned
+    /// (one copy per distinct string for the whole store, swept when no Node uses it any more).
+    pub fn nodes(
+        api: Api<Node>,
+        config: watcher::Config,
+        strip: fn(&mut Node),
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let stream = super::initial_list::watch_events(api, config);
+        Self::nodes_from_stream(stream, strip, shutdown)
+    }
+
+    /// Like [`Informer::nodes`], from any stream of watcher events (for tests and benches).
+    pub fn nodes_from_stream<S>(
+        stream: S,
+        strip: fn(&mut Node),
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        S: Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
+    {
+        let mut interner = NodeInterner::default();
+        Self::building(stream, move |node| interner.view(node, strip), shutdown)
+    }
+}
+
+impl<K, T: CachedObject> Informer<K, T>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    /// An informer storing what `build` makes of each (already `managedFields`-less) object.
+    fn building<S, B>(
+        stream: S,
+        build: B,
+        shutdown: CancellationToken,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static)
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+        B: FnMut(K) -> T + Send + 'static,
+    {
+        let (changes, _) = broadcast::channel(DEFAULT_BROADCAST_CAPACITY);
+        let (synced_tx, synced) = watch::channel(false);
+        let informer = Informer {
+            store: Arc::default(),
+            synced,
+            changes,
+            generation: Arc::new(AtomicU64::new(0)),
+            publish: Arc::new(Mutex::new(())),
+            initial_pending: Arc::new(AtomicUsize::new(0)),
+            kind: std::marker::PhantomData,
+        };
+        let driver = drive(stream, informer.clone(), synced_tx, build, shutdown);
         (informer, driver)
     }
+}
 
-    /// The store. Empty until the first list completed; see [`Informer::wait_until_synced`].
-    pub fn store(&self) -> &Store<K> {
-        &self.store
-    }
-
+impl<K, T: CachedObject> Informer<K, T> {
     /// A counter that increases after every change applied to the store (never on a
     /// re-list that changed nothing). Equal values mean the store's contents did not change in
     /// between, so a value derived from [`Informer::list`] can be cached under it.
@@ -230,34 +308,39 @@ where
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Every object in the store.
-    pub fn list(&self) -> Vec<Arc<K>> {
-        self.store.state()
+    /// Every object in the store. Empty until the first list completed; see
+    /// [`Informer::wait_until_synced`].
+    pub fn list(&self) -> Vec<T> {
+        read(&self.store).values().cloned().collect()
+    }
+
+    /// How many objects the store holds.
+    pub fn len(&self) -> usize {
+        read(&self.store).len()
+    }
+
+    /// Whether the store is empty.
+    pub fn is_empty(&self) -> bool {
+        read(&self.store).is_empty()
     }
 
     /// The object with this name (cluster-scoped) from the store.
-    pub fn get(&self, name: &str) -> Option<Arc<K>> {
-        self.store.get(&ObjectRef::new(name))
+    pub fn get(&self, name: &str) -> Option<T> {
+        read(&self.store).get(name).cloned()
     }
 
     /// The namespaced object with this name from the store.
-    pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.store.get(&ObjectRef::new(name).within(namespace))
+    pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<T> {
+        read(&self.store)
+            .get(format!("{namespace}/{name}").as_str())
+            .cloned()
     }
 
     /// Waits until the first list has completed (client-go's `WaitForCacheSync`). Returns
     /// false if the informer stopped before that.
     pub async fn wait_until_synced(&self) -> bool {
-        // kube's `Store::wait_until_ready` wakes only the waiter that polled last (its
-        // `DelayedInit` sits on a futures oneshot, which keeps a single waker), so with several
-        // controllers waiting at once all but one would hang forever. Re-poll periodically.
-        loop {
-            let wait = self.store.wait_until_ready();
-            match tokio::time::timeout(std::time::Duration::from_millis(50), wait).await {
-                Ok(result) => return result.is_ok(),
-                Err(_elapsed) => continue,
-            }
-        }
+        let mut synced = self.synced.clone();
+        synced.wait_for(|s| *s).await.is_ok()
     }
 
     /// Changes and initial objects sent that some subscriber has not received yet (0 when
@@ -273,12 +356,12 @@ where
     /// change after it, each once. This is how a controller starts: it needs no separate pass
     /// over [`Informer::list`], and an object present at start is never processed twice.
     /// `None` if the informer stopped before its first list.
-    pub async fn subscribe(&self) -> Option<Subscription<K>> {
+    pub async fn subscribe(&self) -> Option<Subscription<T>> {
         if !self.wait_until_synced().await {
             return None;
         }
         let _publishing = lock(&self.publish);
-        let initial = self.store.state();
+        let initial = self.list();
         self.initial_pending
             .fetch_add(initial.len(), Ordering::SeqCst);
         Some(Subscription {
@@ -287,43 +370,40 @@ where
             initial_pending: self.initial_pending.clone(),
         })
     }
+
+    /// Applies one change to the store and broadcasts it, under the publish lock.
+    fn publish(&self, apply: impl FnOnce(&mut Objects<T>) -> Vec<Change<T>>) {
+        let _publishing = lock(&self.publish);
+        let changes = apply(&mut write(&self.store));
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        for change in changes {
+            let _ = self.changes.send(change);
+        }
+    }
 }
 
-/// What the driver publishes to: the store, the change broadcast and the generation, updated
-/// together under the `publish` lock.
-struct Published<K>
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Hash + Eq + Clone,
-{
-    writer: reflector::store::Writer<K>,
-    store: Store<K>,
-    changes: broadcast::Sender<Change<K>>,
-    generation: Arc<AtomicU64>,
-    publish: Arc<Mutex<()>>,
-}
-
-async fn drive<K, S>(
+async fn drive<K, T, S, B>(
     stream: S,
-    published: Published<K>,
-    strip: fn(&mut K),
+    informer: Informer<K, T>,
+    synced: watch::Sender<bool>,
+    mut build: B,
     shutdown: CancellationToken,
 ) where
-    K: Resource + Clone + Debug + Send + Sync + 'static,
-    K::DynamicType: Hash + Eq + Clone + Default,
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default,
+    T: CachedObject,
     S: Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    B: FnMut(K) -> T + Send + 'static,
 {
-    let Published {
-        mut writer,
-        store,
-        changes,
-        generation,
-        publish,
-    } = published;
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let kind = K::kind(&Default::default()).into_owned();
     let mut stream = std::pin::pin!(stream);
-    // What the store held when the current (re)list started, to diff against at InitDone.
-    let mut before_relist: Option<HashMap<ObjectRef<K>, Arc<K>>> = None;
+    // The objects of the (re)list in progress, swapped in whole at its end (as kube's store).
+    let mut relist: Option<Objects<T>> = None;
+    let mut make = |mut obj: K| {
+        // `None`, not `clear()`: a cleared Vec keeps its buffer.
+        obj.meta_mut().managed_fields = None;
+        build(obj)
+    };
     loop {
         let next = tokio::select! {
             biased;
@@ -339,60 +419,52 @@ async fn drive<K, S>(
             }
             Some(Ok(event)) => event,
         };
-        let event = event.modify(|obj| {
-            // `None`, not `clear()`: a cleared Vec keeps its buffer.
-            obj.meta_mut().managed_fields = None;
-            strip(obj);
-        });
-        match &event {
-            Event::Init => {
-                before_relist = Some(
-                    store
-                        .state()
-                        .into_iter()
-                        .map(|o| (ObjectRef::from_obj(o.as_ref()), o))
-                        .collect(),
-                );
-                writer.apply_watcher_event(&event);
+        match event {
+            Event::Init => relist = Some(Objects::new()),
+            Event::InitApply(obj) => {
+                let item = make(obj);
+                relist
+                    .get_or_insert_with(Objects::new)
+                    .insert(item.cache_key(), item);
             }
-            Event::InitApply(_) => writer.apply_watcher_event(&event),
             Event::InitDone => {
                 // The store turns ready (first list) or swaps in the re-list here: under the
                 // lock, together with the changes it makes, so a subscriber gets either this
                 // state as its snapshot or these changes, not both.
-                let _publishing = lock(&publish);
-                writer.apply_watcher_event(&event);
-                generation.fetch_add(1, Ordering::AcqRel);
-                let mut before = before_relist.take().unwrap_or_default();
-                for new in store.state() {
-                    let key = ObjectRef::from_obj(new.as_ref());
-                    let old = before.remove(&key);
-                    let unchanged = old
-                        .as_ref()
-                        .is_some_and(|o| o.resource_version() == new.resource_version());
-                    if !unchanged {
-                        let _ = changes.send(Change::Applied { old, new });
+                let listed = relist.take().unwrap_or_default();
+                informer.publish(|store| {
+                    let mut before = std::mem::replace(store, listed);
+                    let mut changes = Vec::new();
+                    for (key, new) in store.iter() {
+                        let old = before.remove(key);
+                        let unchanged = old.as_ref().is_some_and(|o| {
+                            o.cached_resource_version() == new.cached_resource_version()
+                        });
+                        if !unchanged {
+                            changes.push(Change::Applied {
+                                old,
+                                new: new.clone(),
+                            });
+                        }
                     }
-                }
-                for (_, gone) in before {
-                    let _ = changes.send(Change::Deleted(gone));
-                }
+                    changes.extend(before.into_values().map(Change::Deleted));
+                    changes
+                });
+                synced.send_replace(true);
             }
             Event::Apply(obj) => {
-                let _publishing = lock(&publish);
-                let key = ObjectRef::from_obj(obj);
-                let old = store.get(&key);
-                writer.apply_watcher_event(&event);
-                generation.fetch_add(1, Ordering::AcqRel);
-                if let Some(new) = store.get(&key) {
-                    let _ = changes.send(Change::Applied { old, new });
-                }
+                let new = make(obj);
+                informer.publish(|store| {
+                    let old = store.insert(new.cache_key(), new.clone());
+                    vec![Change::Applied { old, new }]
+                });
             }
             Event::Delete(obj) => {
-                let _publishing = lock(&publish);
-                writer.apply_watcher_event(&event);
-                generation.fetch_add(1, Ordering::AcqRel);
-                let _ = changes.send(Change::Deleted(Arc::new(obj.clone())));
+                let gone = make(obj);
+                informer.publish(|store| {
+                    store.remove(&gone.cache_key());
+                    vec![Change::Deleted(gone)]
+                });
             }
         }
     }
@@ -480,6 +552,7 @@ pub(crate) fn strip_nothing<K>(_: &mut K) {}
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Node;
+    use kube::ResourceExt;
     use kube::api::ObjectMeta;
 
     fn node(name: &str, rv: &str) -> Node {
@@ -537,7 +610,7 @@ mod tests {
         ];
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let shutdown = CancellationToken::new();
-        let (informer, driver) = Informer::from_stream(rx, strip_node, shutdown.clone());
+        let (informer, driver) = Informer::nodes_from_stream(rx, strip_node, shutdown.clone());
         let task = tokio::spawn(driver);
         for e in first_list {
             tx.unbounded_send(e).unwrap();
@@ -551,12 +624,12 @@ mod tests {
             match sub.recv().await.unwrap() {
                 Change::Applied { old, new } => seen.push(format!(
                     "apply {} {}->{}",
-                    new.name_any(),
-                    old.map(|o| o.resource_version().unwrap_or_default())
+                    new.name(),
+                    old.map(|o| o.resource_version().unwrap_or_default().to_owned())
                         .unwrap_or_default(),
                     new.resource_version().unwrap_or_default()
                 )),
-                Change::Deleted(o) => seen.push(format!("delete {}", o.name_any())),
+                Change::Deleted(o) => seen.push(format!("delete {}", o.name())),
                 Change::Resync => seen.push("resync".into()),
             }
         }
@@ -575,10 +648,7 @@ mod tests {
         // Two (re)lists and one Apply changed the store.
         assert_eq!(informer.generation(), 3);
         assert_eq!(informer.list().len(), 1);
-        assert_eq!(
-            informer.get("a").unwrap().resource_version().as_deref(),
-            Some("4")
-        );
+        assert_eq!(informer.get("a").unwrap().resource_version(), Some("4"));
         shutdown.cancel();
         task.await.unwrap();
     }

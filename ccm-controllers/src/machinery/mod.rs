@@ -10,5 +10,6 @@ pub(crate) mod go_syntax;
 pub(crate) mod informer;
 pub(crate) mod initial_list;
 pub(crate) mod metrics;
+pub(crate) mod node_cache;
 pub(crate) mod shadow;
 pub(crate) mod workqueue;

@@ -508,7 +508,7 @@ async fn cached_node(cluster: &TestCluster, name: &str, strip: Option<fn(&mut No
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 };
                 if let Some(tx) = found_tx.lock().unwrap().take() {
-                    let _ = tx.send(node);
+                    let _ = tx.send(Arc::new(node.to_node()));
                 }
                 ctx.shutdown.cancelled().await;
                 Ok(())

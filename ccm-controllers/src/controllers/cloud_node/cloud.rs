@@ -1,7 +1,9 @@
 //! Cloud lookups of the cloud-node controller: instance metadata through `InstancesV2`, or the
 //! legacy `Instances` (+ `Zones`) fallbacks of Go's `getInstanceMetadata` (reference §2.3).
 
-use ccm_core::{CloudError, CloudProvider, InstanceMetadata, Instances, Node, NodeAddress};
+use ccm_core::{
+    CloudError, CloudProvider, InstanceMetadata, Instances, Node, NodeAddress, NodeView,
+};
 
 use super::plan::Step;
 use crate::controllers::node::cloud::legacy_provider_id;
@@ -163,18 +165,15 @@ async fn legacy_addresses(
 /// to `node_addresses`.
 pub(crate) async fn fetch_addresses(
     cloud: &dyn CloudProvider,
-    node: &Node,
+    node: &NodeView,
 ) -> Result<Vec<NodeAddress>, CloudError> {
     if let Some(v2) = cloud.instances_v2() {
-        return Ok(v2
-            .instance_metadata(&ccm_core::NodeView::from_node(node))
-            .await?
-            .node_addresses);
+        return Ok(v2.instance_metadata(node).await?.node_addresses);
     }
     let Some(instances) = cloud.instances() else {
         return Err(CloudError::msg(
             "failed to get instances from cloud provider",
         ));
     };
-    legacy_addresses(instances, node_provider_id(node), node_name(node)).await
+    legacy_addresses(instances, node.provider_id(), node.name()).await
 }

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use ccm_core::Node;
+use ccm_core::well_known::TAINT_UNINITIALIZED;
+use ccm_core::{Node, NodeView};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use super::plan::has_uninitialized_taint;
 use crate::machinery::informer::Informer;
 use crate::machinery::metrics::MetricsRegistry;
 
@@ -104,7 +104,14 @@ impl CloudNodeMetrics {
 
 /// Seconds since the node's `creationTimestamp` (never negative), when it has one.
 fn age_seconds(node: &Node) -> Option<f64> {
-    let created = node.metadata.creation_timestamp.as_ref()?.0;
+    age_since(node.metadata.creation_timestamp.as_ref()?)
+}
+
+/// Seconds since `created` (never negative).
+fn age_since(
+    created: &ccm_core::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Option<f64> {
+    let created = created.0;
     let age = jiff::Timestamp::now().duration_since(created);
     Some(age.as_secs_f64().max(0.0))
 }
@@ -119,11 +126,11 @@ enum Uninitialised {
 }
 
 /// The Nodes still carrying `node.cloudprovider.kubernetes.io/uninitialized`, read from the
-/// Node informer's store at each scrape (one pass over the store's `Arc`s: about a
+/// Node informer's store at each scrape (one pass over the store's views: about a
 /// millisecond at 100,000 Nodes). Go exposes no such gauge: its taint-removal histogram only
 /// shows a Node once it is initialised, so a Node that never is stays invisible there.
 struct UninitialisedNodes {
-    nodes: Informer<Node>,
+    nodes: Informer<Node, NodeView>,
     measure: Uninitialised,
 }
 
@@ -138,10 +145,12 @@ impl std::fmt::Debug for UninitialisedNodes {
 impl EncodeMetric for UninitialisedNodes {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let nodes = self.nodes.list();
-        let tainted = nodes.iter().filter(|n| has_uninitialized_taint(n));
+        let tainted = nodes.iter().filter(|n| n.has_taint(TAINT_UNINITIALIZED));
         let value = match self.measure {
             Uninitialised::Count => tainted.count() as f64,
-            Uninitialised::OldestAge => tainted.filter_map(|n| age_seconds(n)).fold(0.0, f64::max),
+            Uninitialised::OldestAge => tainted
+                .filter_map(|n| n.creation_timestamp().and_then(age_since))
+                .fold(0.0, f64::max),
         };
         encoder.encode_gauge(&value)
     }
@@ -154,7 +163,7 @@ impl EncodeMetric for UninitialisedNodes {
 /// Registers `node_controller_uninitialized_nodes` and
 /// `node_controller_oldest_uninitialized_node_age_seconds`, computed from `nodes` at each
 /// scrape (once per `run`).
-pub(crate) fn register_uninitialised(registry: &MetricsRegistry, nodes: &Informer<Node>) {
+pub(crate) fn register_uninitialised(registry: &MetricsRegistry, nodes: &Informer<Node, NodeView>) {
     registry.register(
         "node_controller_uninitialized_nodes",
         "Nodes that still carry the node.cloudprovider.kubernetes.io/uninitialized taint",

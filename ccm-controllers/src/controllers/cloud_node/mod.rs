@@ -41,8 +41,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ccm_core::well_known::TAINT_UNINITIALIZED;
 use futures::StreamExt;
-use kube::ResourceExt;
 use tokio::time::MissedTickBehavior;
 
 use crate::controllers::node::instance_batch;
@@ -179,11 +179,11 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 };
                 match change {
                     None => break,
-                    Some(Change::Applied { new, .. }) => queue.add(new.name_any()),
-                    Some(Change::Deleted(node)) => shared.forget(&node.name_any()),
+                    Some(Change::Applied { new, .. }) => queue.add(new.name().to_owned()),
+                    Some(Change::Deleted(node)) => shared.forget(node.name()),
                     Some(Change::Resync) => {
                         for node in ctx.nodes.list() {
-                            queue.add(node.name_any());
+                            queue.add(node.name().to_owned());
                         }
                     }
                 }
@@ -216,7 +216,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                     .nodes
                     .list()
                     .into_iter()
-                    .partition(|n| !plan::has_uninitialized_taint(n));
+                    .partition(|n| !n.has_taint(TAINT_UNINITIALIZED));
                 let count = initialised.len();
                 let batching = instance_batch::batches(ctx.cloud.as_ref());
                 let tainted = futures::stream::iter(tainted.into_iter().map(|n| (n, None)));
@@ -251,7 +251,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                             refreshed.fetch_add(1, Ordering::Relaxed);
                             // And the label reconcile, as Go's UpdateNodeStatus does.
                             if queue_labels {
-                                queue.add(node.name_any());
+                                queue.add(node.name().to_owned());
                             }
                         }
                     });

@@ -1,10 +1,11 @@
 //! The async shell of the cloud-node controller: reads the cache, calls the cloud, writes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, Node, NodeAddress};
+use ccm_core::well_known::TAINT_UNINITIALIZED;
+use ccm_core::{CloudError, Node, NodeAddress, NodeView};
 use kube::api::Api;
 
 use super::cloud::{self, FetchError, Fetched};
@@ -122,7 +123,7 @@ impl Reconciler {
         let Some(cached) = self.ctx.nodes.get(&name) else {
             return Outcome::Done;
         };
-        let mut node = (*cached).clone();
+        let mut node = cached.to_node();
         if !plan::has_uninitialized_taint(&node) {
             // The cache has caught up with our write (or never needed to).
             lock(&self.initialized).remove(&name);
@@ -209,7 +210,7 @@ impl Reconciler {
     /// unknown, from the single lookup.
     pub(super) async fn fetch_metadata(&self, node: &Node) -> Result<Fetched, FetchError> {
         if let Some(batch) = &self.init_batch {
-            match metadata_lookup(batch.lookup(Arc::new(node.clone())).await) {
+            match metadata_lookup(batch.lookup(NodeView::from_node(node)).await) {
                 MetadataLookup::Metadata(meta) => {
                     return Ok(Fetched {
                         meta,
@@ -347,7 +348,7 @@ impl Reconciler {
     /// (`None`: no batching), else, and when the batch left it unknown, a single lookup.
     async fn addresses(
         &self,
-        node: &Node,
+        node: &NodeView,
         batch_answer: Option<Lookup>,
     ) -> Result<Vec<NodeAddress>, CloudError> {
         match batch_answer.map(metadata_lookup) {
@@ -362,13 +363,13 @@ impl Reconciler {
     /// The periodic refresh of one initialised node's addresses (errors are logged, as in Go;
     /// the next period tries again). `batch_answer` is the node's answer from the refresh's
     /// `describe_instances` calls, `None` when the provider does not batch.
-    pub(crate) async fn refresh_addresses(&self, node: &Node, batch_answer: Option<Lookup>) {
-        if plan::has_uninitialized_taint(node) {
+    pub(crate) async fn refresh_addresses(&self, view: &NodeView, batch_answer: Option<Lookup>) {
+        if view.has_taint(TAINT_UNINITIALIZED) {
             return;
         }
         let started = Instant::now();
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let result = match self.addresses(node, batch_answer).await {
+        let name = view.name();
+        let result = match self.addresses(view, batch_answer).await {
             Err(error) => {
                 tracing::warn!(node = %name, %error, "failed to get node addresses from the cloud provider");
                 if error.retry_after().is_some() {
@@ -377,24 +378,30 @@ impl Reconciler {
                     "error"
                 }
             }
-            Ok(cloud_addresses) => match plan::plan_address_refresh(node, &cloud_addresses) {
-                Err(error) => {
-                    tracing::warn!(node = %name, %error, "failed to update node addresses");
-                    "error"
-                }
-                Ok(None) => "success",
-                Ok(Some(addresses)) => {
-                    match patch::patch_addresses(&self.api, node, &addresses).await {
-                        Ok(_) => "success",
-                        // Deleted or re-created meanwhile (UID precondition): nothing to do.
-                        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => "success",
-                        Err(error) => {
-                            tracing::warn!(node = %name, %error, "failed to patch node addresses");
-                            "error"
+            // No addresses from the cloud: nothing to write (no copy of the Node needed).
+            Ok(cloud_addresses) if cloud_addresses.is_empty() => "success",
+            Ok(cloud_addresses) => {
+                // The planner and the patch read the full Node: a copy of the cached view.
+                let node = view.to_node();
+                match plan::plan_address_refresh(&node, &cloud_addresses) {
+                    Err(error) => {
+                        tracing::warn!(node = %name, %error, "failed to update node addresses");
+                        "error"
+                    }
+                    Ok(None) => "success",
+                    Ok(Some(addresses)) => {
+                        match patch::patch_addresses(&self.api, &node, &addresses).await {
+                            Ok(_) => "success",
+                            // Deleted or re-created meanwhile (UID precondition): nothing to do.
+                            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => "success",
+                            Err(error) => {
+                                tracing::warn!(node = %name, %error, "failed to patch node addresses");
+                                "error"
+                            }
                         }
                     }
                 }
-            },
+            }
         };
         self.metrics
             .reconciled("addresses", result, started.elapsed());

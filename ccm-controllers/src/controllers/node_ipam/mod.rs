@@ -37,8 +37,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use ccm_core::NodeView;
 use ipnet::IpNet;
-use kube::ResourceExt;
 
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
@@ -240,13 +240,8 @@ pub async fn run(
     run_range_allocator(ctx, config).await
 }
 
-fn same_pod_cidrs(a: &ccm_core::Node, b: &ccm_core::Node) -> bool {
-    let cidrs = |n: &ccm_core::Node| {
-        n.spec
-            .as_ref()
-            .map(|s| (s.pod_cidr.clone(), s.pod_cidrs.clone()))
-    };
-    cidrs(a) == cidrs(b)
+fn same_pod_cidrs(a: &NodeView, b: &NodeView) -> bool {
+    a.pod_cidr() == b.pod_cidr() && a.pod_cidrs().eq(b.pod_cidrs())
 }
 
 /// Runs the built-in range allocator until `ctx.shutdown` fires.
@@ -275,8 +270,8 @@ pub async fn run_range_allocator(
     let nodes = ctx.nodes.list();
     let mut without = Vec::new();
     for node in &nodes {
-        if !reconciler.occupy_existing(node) {
-            without.push(node.name_any());
+        if !reconciler.occupy_existing(&node.to_node()) {
+            without.push(node.name().to_owned());
         }
     }
     tracing::info!(
@@ -311,16 +306,16 @@ pub async fn run_range_allocator(
                         }
                         // A Node with CIDRs is recorded at once (no allocation can come
                         // between); one without goes to the workers.
-                        if !reconciler.occupy_existing(&new) {
-                            queue.add(new.name_any());
+                        if !reconciler.occupy_existing(&new.to_node()) {
+                            queue.add(new.name().to_owned());
                         }
                     }
-                    Some(Change::Deleted(node)) => reconciler.release(&node.name_any()),
+                    Some(Change::Deleted(node)) => reconciler.release(node.name()),
                     Some(Change::Resync) => {
                         reconciler.release_missing();
                         for node in ctx.nodes.list() {
-                            if !reconciler.occupy_existing(&node) {
-                                queue.add(node.name_any());
+                            if !reconciler.occupy_existing(&node.to_node()) {
+                                queue.add(node.name().to_owned());
                             }
                         }
                     }

@@ -1,7 +1,7 @@
 //! The range allocator's reconciler: one Node at a time, decide from the pool (pure, in
 //! [`plan`](super::plan)) and write with [`patch`](super::patch).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use ccm_core::Node;
 use ipnet::IpNet;
@@ -119,7 +119,13 @@ impl Reconciler {
 
     /// Gives the Node named `name` its pod CIDRs if it has none (Go's `syncNode`).
     pub(crate) async fn sync(&self, name: &str) -> Outcome {
-        let Some(node) = self.ctx.nodes.get(name) else {
+        // The planner, the Events and the guarded write read the whole Node: a copy of the view.
+        let Some(node) = self
+            .ctx
+            .nodes
+            .get(name)
+            .map(|view| Arc::new(view.to_node()))
+        else {
             self.release(name);
             return Outcome::Done;
         };

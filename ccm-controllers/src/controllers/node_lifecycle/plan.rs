@@ -15,8 +15,8 @@
 //! grace period apart deletes. Only an "exists" answer, the Node becoming Ready, or the Node
 //! being replaced (new UID) forgets a first "gone".
 
-use ccm_core::Node;
 use ccm_core::well_known::TAINT_SHUTDOWN;
+use ccm_core::{Node, NodeView};
 
 use crate::controllers::node::taints;
 use k8s_openapi::api::core::v1::Taint;
@@ -46,15 +46,15 @@ pub(crate) fn is_ready(node: &Node) -> bool {
 
 /// Whether the node carries the shutdown taint (matched on key and effect, as Go's
 /// `MatchTaint`).
-pub(crate) fn has_shutdown_taint(node: &Node) -> bool {
-    taints(node)
+pub(crate) fn has_shutdown_taint(taints: &[Taint]) -> bool {
+    taints
         .iter()
         .any(|t| t.key == TAINT_SHUTDOWN && t.effect == SHUTDOWN_EFFECT)
 }
 
 /// The taint list with the shutdown taint added, or `None` when it is already there.
 pub(crate) fn with_shutdown_taint(node: &Node) -> Option<Vec<Taint>> {
-    if has_shutdown_taint(node) {
+    if has_shutdown_taint(taints(node)) {
         return None;
     }
     let mut out = taints(node).to_vec();
@@ -64,7 +64,7 @@ pub(crate) fn with_shutdown_taint(node: &Node) -> Option<Vec<Taint>> {
 
 /// The taint list without the shutdown taint, or `None` when it is not there.
 pub(crate) fn without_shutdown_taint(node: &Node) -> Option<Vec<Taint>> {
-    if !has_shutdown_taint(node) {
+    if !has_shutdown_taint(taints(node)) {
         return None;
     }
     Some(
@@ -87,9 +87,10 @@ pub(crate) enum ReadyStep {
     CheckExists,
 }
 
-/// Stage 1: what the `Ready` condition and the taints call for.
-pub(crate) fn plan_ready(node: &Node) -> ReadyStep {
-    match (is_ready(node), has_shutdown_taint(node)) {
+/// Stage 1: what the `Ready` condition and the taints call for (read from the cached view:
+/// every Node, every monitor period).
+pub(crate) fn plan_ready(node: &NodeView) -> ReadyStep {
+    match (node.is_ready(), has_shutdown_taint(node.taints())) {
         (true, true) => ReadyStep::RemoveShutdownTaint,
         (true, false) => ReadyStep::Nothing,
         (false, _) => ReadyStep::CheckExists,
@@ -155,8 +156,8 @@ pub(crate) fn plan_exists(
 
 /// Stage 3: whether to add the shutdown taint, from the shutdown answer (`NotImplemented`
 /// already mapped to `Ok(false)` by the caller) and the node.
-pub(crate) fn plan_shutdown<E>(shutdown: &Result<bool, E>, node: &Node) -> bool {
-    matches!(shutdown, Ok(true)) && !has_shutdown_taint(node)
+pub(crate) fn plan_shutdown<E>(shutdown: &Result<bool, E>, node: &NodeView) -> bool {
+    matches!(shutdown, Ok(true)) && !has_shutdown_taint(node.taints())
 }
 
 #[cfg(test)]
@@ -204,6 +205,10 @@ mod tests {
         }
     }
 
+    fn view(ready: Option<&str>, taints: &[(&str, &str)]) -> NodeView {
+        NodeView::from(node(ready, taints))
+    }
+
     #[test]
     fn ready_condition() {
         assert!(is_ready(&node(Some("True"), &[])));
@@ -215,20 +220,20 @@ mod tests {
 
     #[test]
     fn stage_one() {
-        assert_eq!(plan_ready(&node(Some("True"), &[])), ReadyStep::Nothing);
+        assert_eq!(plan_ready(&view(Some("True"), &[])), ReadyStep::Nothing);
         assert_eq!(
-            plan_ready(&node(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")])),
+            plan_ready(&view(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")])),
             ReadyStep::RemoveShutdownTaint
         );
         // Same key, other effect: not our taint.
         assert_eq!(
-            plan_ready(&node(Some("True"), &[(TAINT_SHUTDOWN, "NoExecute")])),
+            plan_ready(&view(Some("True"), &[(TAINT_SHUTDOWN, "NoExecute")])),
             ReadyStep::Nothing
         );
         for s in [Some("False"), Some("Unknown"), None] {
-            assert_eq!(plan_ready(&node(s, &[])), ReadyStep::CheckExists);
+            assert_eq!(plan_ready(&view(s, &[])), ReadyStep::CheckExists);
             assert_eq!(
-                plan_ready(&node(s, &[(TAINT_SHUTDOWN, "NoSchedule")])),
+                plan_ready(&view(s, &[(TAINT_SHUTDOWN, "NoSchedule")])),
                 ReadyStep::CheckExists
             );
         }
@@ -313,8 +318,8 @@ mod tests {
 
     #[test]
     fn stage_three() {
-        let plain = node(Some("False"), &[("other", "NoSchedule")]);
-        let tainted = node(Some("False"), &[(TAINT_SHUTDOWN, "NoSchedule")]);
+        let plain = view(Some("False"), &[("other", "NoSchedule")]);
+        let tainted = view(Some("False"), &[(TAINT_SHUTDOWN, "NoSchedule")]);
         assert!(plan_shutdown(&Ok::<_, ()>(true), &plain));
         assert!(!plan_shutdown(&Ok::<_, ()>(true), &tainted));
         assert!(!plan_shutdown(&Ok::<_, ()>(false), &plain));

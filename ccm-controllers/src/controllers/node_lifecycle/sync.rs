@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use ccm_core::{CloudError, Node};
+use ccm_core::{CloudError, Node, NodeView};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
@@ -41,8 +41,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn uid(node: &Node) -> String {
-    node.metadata.uid.clone().unwrap_or_default()
+fn uid(node: &NodeView) -> String {
+    node.uid().unwrap_or_default().to_owned()
 }
 
 impl Reconciler {
@@ -57,15 +57,15 @@ impl Reconciler {
         }
     }
 
-    fn first_gone(&self, node: &Node) -> Option<Instant> {
+    fn first_gone(&self, node: &NodeView) -> Option<Instant> {
         lock(&self.first_gone)
-            .get(&node.name_any())
+            .get(node.name())
             .filter(|(u, _)| *u == uid(node))
             .map(|(_, t)| *t)
     }
 
-    fn forget(&self, node: &Node) {
-        lock(&self.first_gone).remove(&node.name_any());
+    fn forget(&self, node: &NodeView) {
+        lock(&self.first_gone).remove(node.name());
     }
 
     /// One pass over every node in the cache, at most `workers` checks at a time.
@@ -78,8 +78,10 @@ impl Reconciler {
             // healthy cluster: 2.8 MB a pass at 20,000 Nodes otherwise).
             let mut first_gone = lock(&self.first_gone);
             if !first_gone.is_empty() {
-                let present: HashMap<String, String> =
-                    nodes.iter().map(|n| (n.name_any(), uid(n))).collect();
+                let present: HashMap<String, String> = nodes
+                    .iter()
+                    .map(|n| (n.name().to_owned(), uid(n)))
+                    .collect();
                 first_gone.retain(|name, (u, _)| present.get(name) == Some(u));
             }
         }
@@ -110,7 +112,7 @@ impl Reconciler {
             .map(|node| {
                 let answer = answers
                     .as_mut()
-                    .and_then(|a| a.remove(&node.name_any()))
+                    .and_then(|a| a.remove(node.name()))
                     .and_then(lifecycle_lookup);
                 (node, answer)
             })
@@ -127,8 +129,8 @@ impl Reconciler {
 
     /// Checks one Node. `batch_answer` holds the answers of `instance_exists` and
     /// `instance_shutdown` read from a batch call, `None` to ask them with single calls.
-    async fn check(&self, node: &Node, batch_answer: Option<BatchAnswer>) {
-        let name = node.name_any();
+    async fn check(&self, node: &NodeView, batch_answer: Option<BatchAnswer>) {
+        let name = node.name().to_owned();
         match plan::plan_ready(node) {
             ReadyStep::Nothing => {
                 self.forget(node);
@@ -190,9 +192,9 @@ impl Reconciler {
 
     /// Adds (`add`) or removes the shutdown taint with a guarded patch, re-checking the
     /// `Ready` condition on every fresh read.
-    async fn patch_taints(&self, node: &Node, add: bool) {
-        let name = node.name_any();
-        let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
+    async fn patch_taints(&self, node: &NodeView, add: bool) {
+        let name = node.name().to_owned();
+        let result = patch::patch_node_spec(&self.api, node.to_node(), |current| {
             let taints = match (add, plan::is_ready(current)) {
                 (true, false) => plan::with_shutdown_taint(current),
                 (false, true) => plan::without_shutdown_taint(current),
@@ -225,7 +227,8 @@ impl Reconciler {
 
     /// Deletes a node whose instance is gone: `DeletingNode` event, then a delete guarded by
     /// the node's UID; `DeletingNodeFailed` when the API refuses.
-    async fn delete(&self, node: &Node) {
+    async fn delete(&self, view: &NodeView) {
+        let node = &view.to_node();
         let name = node.name_any();
         let Some(uid) = node.metadata.uid.clone() else {
             tracing::warn!(node = %name, "node has no UID; not deleting it");
@@ -247,14 +250,14 @@ impl Reconciler {
         };
         match self.api.delete(&name, &params).await {
             Ok(_) => {
-                self.forget(node);
+                self.forget(view);
                 self.metrics.count("deleted");
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => self.forget(node),
+            Err(kube::Error::Api(s)) if s.code == 404 => self.forget(view),
             Err(kube::Error::Api(s)) if s.code == 409 => {
                 // The UID precondition failed: the node was re-created under the same name.
                 tracing::info!(node = %name, "node was replaced by a new one; not deleting it");
-                self.forget(node);
+                self.forget(view);
             }
             Err(error) => {
                 tracing::warn!(node = %name, %error, "unable to delete node");

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
-use ccm_core::Route;
+use ccm_core::{NodeView, Route};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -97,36 +97,44 @@ pub(crate) struct NodeInfo {
 }
 
 impl NodeInfo {
-    /// Extracts what the planner needs from a Node.
-    pub(crate) fn from_node(node: &Node) -> Self {
-        let spec = node.spec.as_ref();
-        let mut pod_cidrs: Vec<String> = spec
-            .and_then(|s| s.pod_cidrs.clone())
-            .unwrap_or_default()
-            .into_iter()
+    /// Extracts what the planner needs from a cached Node.
+    pub(crate) fn from_view(node: &NodeView) -> Self {
+        let mut pod_cidrs: Vec<String> = node
+            .pod_cidrs()
             .filter(|c| !c.is_empty())
+            .map(str::to_owned)
             .collect();
         if pod_cidrs.is_empty()
-            && let Some(cidr) = spec.and_then(|s| s.pod_cidr.clone())
+            && let Some(cidr) = node.pod_cidr()
             && !cidr.is_empty()
         {
-            pod_cidrs.push(cidr);
+            pod_cidrs.push(cidr.to_owned());
         }
-        let status = node.status.as_ref();
-        let network_unavailable = status
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE))
+        let network_unavailable = node
+            .condition(NETWORK_UNAVAILABLE)
             .map(|c| CurrentCondition {
-                status: c.status.clone(),
-                reason: c.reason.clone().unwrap_or_default(),
+                status: c.status().to_owned(),
+                reason: c.reason().unwrap_or_default().to_owned(),
             });
         NodeInfo {
-            name: node.metadata.name.clone().unwrap_or_default(),
-            uid: node.metadata.uid.clone().unwrap_or_default(),
+            name: node.name().to_owned(),
+            uid: node.uid().unwrap_or_default().to_owned(),
             pod_cidrs,
-            addresses: status.and_then(|s| s.addresses.clone()).unwrap_or_default(),
+            addresses: node
+                .addresses()
+                .map(|(type_, address)| NodeAddress {
+                    type_: type_.to_owned(),
+                    address: address.to_owned(),
+                })
+                .collect(),
             network_unavailable,
         }
+    }
+
+    /// Extracts what the planner needs from a Node (as [`NodeInfo::from_view`]).
+    #[cfg(test)]
+    pub(crate) fn from_node(node: &Node) -> Self {
+        Self::from_view(&NodeView::from_node(node))
     }
 }
 

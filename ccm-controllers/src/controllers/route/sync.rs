@@ -1,6 +1,7 @@
 //! The route controller's reconciler: lists the routes, plans, runs the plan's cloud calls and
 //! writes the Nodes' `NetworkUnavailable` condition.
 
+use ccm_core::NodeView;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -94,8 +95,8 @@ impl Reconciler {
             }
         };
         let mut nodes = self.ctx.nodes.list();
-        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let infos: Vec<NodeInfo> = nodes.iter().map(|n| NodeInfo::from_node(n)).collect();
+        nodes.sort_by(|a, b| a.name_arc().cmp(&b.name_arc()));
+        let infos: Vec<NodeInfo> = nodes.iter().map(NodeInfo::from_view).collect();
         let plan = plan::plan(&infos, &listed, &self.config.cluster_cidrs);
         tracing::debug!(
             routes = listed.len(),
@@ -116,11 +117,11 @@ impl Reconciler {
                 Some(after) => self.retries.add_after(key, after),
                 None => {
                     self.retries.add_rate_limited(key);
-                    if let Some(node) = nodes
-                        .iter()
-                        .find(|n| n.metadata.name.as_deref() == Some(&create.route.target_node))
-                    {
-                        events.push((node.clone(), failed_create_message(create, *took, error)));
+                    if let Some(node) = nodes.iter().find(|n| {
+                        n.name_arc()
+                            .is_some_and(|name| **name == *create.route.target_node)
+                    }) {
+                        events.push((node.to_node(), failed_create_message(create, *took, error)));
                     }
                 }
             }
@@ -136,7 +137,7 @@ impl Reconciler {
         }
         for (node, note) in events {
             self.recorder
-                .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+                .warning(&node, REASON_FAILED_TO_CREATE_ROUTE, note);
         }
 
         // Conditions.
@@ -167,7 +168,7 @@ impl Reconciler {
             return Outcome::Done;
         };
         let node = self.ctx.nodes.get(&key.node);
-        let info = node.as_deref().map(NodeInfo::from_node);
+        let info = node.as_ref().map(NodeInfo::from_view);
         let raw_cidr = info
             .as_ref()
             .and_then(|i| {
@@ -225,7 +226,7 @@ impl Reconciler {
                 None => {
                     let note = failed_create_message(&create, started.elapsed(), &error);
                     self.recorder
-                        .warning(node.as_ref(), REASON_FAILED_TO_CREATE_ROUTE, note);
+                        .warning(&node.to_node(), REASON_FAILED_TO_CREATE_ROUTE, note);
                     Outcome::Failed
                 }
             },
@@ -255,7 +256,8 @@ impl Reconciler {
                     if self.written_since(&cached, desired) {
                         return;
                     }
-                    cached
+                    // The patch is decided on the whole cached Node: a copy of the view.
+                    Arc::new(cached.to_node())
                 }
             };
             let now = Time(jiff::Timestamp::now());
@@ -303,11 +305,11 @@ impl Reconciler {
     /// Whether this controller already wrote `desired` on the Node after the version `cached`
     /// is (the informer has not delivered the write yet): writing it again would only repeat
     /// it. Once the cache has moved on, the entry is dropped and the cache decides.
-    fn written_since(&self, cached: &Node, desired: DesiredCondition) -> bool {
-        let name = cached.metadata.name.as_deref().unwrap_or_default();
+    fn written_since(&self, cached: &NodeView, desired: DesiredCondition) -> bool {
+        let name = cached.name();
         let mut written = self.written();
         match written.get(name) {
-            Some(w) if w.decided_on == cached.metadata.resource_version => w.desired == desired,
+            Some(w) if w.decided_on.as_deref() == cached.resource_version() => w.desired == desired,
             Some(_) => {
                 written.remove(name);
                 false
@@ -336,21 +338,21 @@ impl Reconciler {
             self.ctx
                 .nodes
                 .get(name)
-                .is_some_and(|n| n.metadata.resource_version == w.decided_on)
+                .is_some_and(|n| n.resource_version() == w.decided_on.as_deref())
         });
     }
 }
 
 /// Whether a Node change can change the routes: added, deleted, its pod CIDRs or its
 /// addresses changed, or the subscriber missed changes.
-fn is_relevant(change: &Change<Node>) -> bool {
+fn is_relevant(change: &Change<NodeView>) -> bool {
     match change {
         Change::Applied { old: None, .. } | Change::Deleted(_) | Change::Resync => true,
         Change::Applied {
             old: Some(old),
             new,
         } => {
-            let (o, n) = (NodeInfo::from_node(old), NodeInfo::from_node(new));
+            let (o, n) = (NodeInfo::from_view(old), NodeInfo::from_view(new));
             o.pod_cidrs != n.pod_cidrs || o.addresses != n.addresses || o.uid != n.uid
         }
     }
@@ -359,7 +361,7 @@ fn is_relevant(change: &Change<Node>) -> bool {
 /// Turns relevant Node changes into reconciles: the first relevant change opens a window of
 /// `debounce`; everything arriving in it is folded into one reconcile.
 pub(super) async fn watch_nodes(
-    mut changes: Subscription<Node>,
+    mut changes: Subscription<NodeView>,
     activity: Activity,
     queue: WorkQueue<()>,
     debounce: Duration,
@@ -430,14 +432,14 @@ mod tests {
             }),
         };
         let applied = |old: &Node, new: &Node| Change::Applied {
-            old: Some(Arc::new(old.clone())),
-            new: Arc::new(new.clone()),
+            old: Some(NodeView::from_node(old)),
+            new: NodeView::from_node(new),
         };
         assert!(is_relevant(&Change::Applied {
             old: None,
-            new: Arc::new(base.clone())
+            new: NodeView::from_node(&base)
         }));
-        assert!(is_relevant(&Change::Deleted(Arc::new(base.clone()))));
+        assert!(is_relevant(&Change::Deleted(NodeView::from_node(&base))));
         assert!(is_relevant(&Change::Resync));
 
         let mut labels = base.clone();
@@ -471,7 +473,7 @@ mod tests {
         use kube::runtime::watcher::Event;
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let shutdown = CancellationToken::new();
-        let (informer, driver) = crate::machinery::informer::Informer::<Node>::from_stream(
+        let (informer, driver) = crate::machinery::informer::Informer::nodes_from_stream(
             rx,
             crate::machinery::informer::strip_node,
             shutdown.clone(),

@@ -6,15 +6,13 @@
 //! this crate deliberately differs, the function's doc says so.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
+use ccm_core::NodeView;
 use ccm_core::well_known::{
     FINALIZER_LOAD_BALANCER_CLEANUP, LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS,
     TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
-use k8s_openapi::api::core::v1::{
-    LoadBalancerIngress, LoadBalancerStatus, Node, Service, ServicePort,
-};
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
@@ -333,52 +331,40 @@ fn parses_as_go_false(value: &str) -> bool {
 }
 
 /// §4.5 predicate 1: the Node is not being deleted.
-pub(crate) fn node_not_deleted(node: &Node) -> bool {
-    node.metadata.deletion_timestamp.is_none()
+pub(crate) fn node_not_deleted(node: &NodeView) -> bool {
+    node.deletion_timestamp().is_none()
 }
 
 /// §4.5 predicate 2: the Node is not excluded by the label
 /// `node.kubernetes.io/exclude-from-external-load-balancers`: the label is absent, or its value
 /// parses as Go boolean false (`false`, `0`, `f`, `F`, `FALSE`, `False`). Any other value,
 /// including `true`, the empty string and garbage, excludes the Node.
-pub(crate) fn node_included(node: &Node) -> bool {
-    match node
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS))
-    {
+pub(crate) fn node_included(node: &NodeView) -> bool {
+    match node.label(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS) {
         None => true,
         Some(value) => parses_as_go_false(value),
     }
 }
 
 /// §4.5 predicate 3: the Node has no taint with key `ToBeDeletedByClusterAutoscaler`.
-pub(crate) fn node_not_tainted_for_deletion(node: &Node) -> bool {
-    !node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| {
-            t.iter()
-                .any(|t| t.key == TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
-        })
+pub(crate) fn node_not_tainted_for_deletion(node: &NodeView) -> bool {
+    !node.has_taint(TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER)
 }
 
 /// Whether the Node is a load-balancer host: all three §4.5 predicates (Go's stable node set).
 /// Readiness, schedulability and `externalTrafficPolicy` are deliberately not considered.
-pub(crate) fn is_eligible_host(node: &Node) -> bool {
+pub(crate) fn is_eligible_host(node: &NodeView) -> bool {
     node_not_deleted(node) && node_included(node) && node_not_tainted_for_deletion(node)
 }
 
 /// The eligible hosts among `nodes`, sorted by name (so the provider sees a stable order).
-pub(crate) fn eligible_hosts(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
-    let mut hosts: Vec<Arc<Node>> = nodes
+pub(crate) fn eligible_hosts(nodes: &[NodeView]) -> Vec<NodeView> {
+    let mut hosts: Vec<NodeView> = nodes
         .iter()
         .filter(|n| is_eligible_host(n))
         .cloned()
         .collect();
-    hosts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    hosts.sort_by(|a, b| a.name_arc().cmp(&b.name_arc()));
     hosts
 }
 
@@ -389,17 +375,14 @@ pub(crate) fn eligible_hosts(nodes: &[Arc<Node>]) -> Vec<Arc<Node>> {
 /// of the full eligibility ([`is_eligible_host`]) triggers too, so a Node tainted by the
 /// cluster-autoscaler leaves the load balancers before it is drained. Ready/label/taint changes
 /// that do not change eligibility never trigger.
-pub(crate) fn node_update_needs_sync(old: &Node, new: &Node) -> bool {
+pub(crate) fn node_update_needs_sync(old: &NodeView, new: &NodeView) -> bool {
     node_included(old) != node_included(new)
         || is_eligible_host(old) != is_eligible_host(new)
         || provider_id(old) != provider_id(new)
 }
 
-fn provider_id(node: &Node) -> &str {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .unwrap_or_default()
+fn provider_id(node: &NodeView) -> &str {
+    node.provider_id()
 }
 
 /// What the controller remembers of a host it passed to the cloud: the Node fields whose
@@ -414,17 +397,17 @@ pub(crate) struct HostKey {
 
 impl HostKey {
     /// The key of a Node.
-    pub(crate) fn of(node: &Node) -> Self {
+    pub(crate) fn of(node: &NodeView) -> Self {
         HostKey {
-            name: node.metadata.name.clone().unwrap_or_default(),
+            name: node.name().to_owned(),
             provider_id: provider_id(node).to_owned(),
         }
     }
 }
 
 /// The keys of `nodes`, in order.
-pub(crate) fn host_keys<N: AsRef<Node>>(nodes: &[N]) -> Vec<HostKey> {
-    nodes.iter().map(|n| HostKey::of(n.as_ref())).collect()
+pub(crate) fn host_keys(nodes: &[NodeView]) -> Vec<HostKey> {
+    nodes.iter().map(HostKey::of).collect()
 }
 
 /// Go's `nodesSufficientlyEqual`: same number of hosts and the same name → providerID mapping
@@ -625,7 +608,7 @@ pub(crate) enum HostChange {
 /// How a Node change affects the host sets; `None` when it cannot (see
 /// [`node_update_needs_sync`]). `old` is `None` for an added Node, `new` `None` for a deleted
 /// one.
-pub(crate) fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange> {
+pub(crate) fn host_change(old: Option<&NodeView>, new: Option<&NodeView>) -> Option<HostChange> {
     match (old, new) {
         (None, Some(_)) => Some(HostChange::Addition),
         (Some(_), None) | (None, None) => Some(HostChange::Removal),

@@ -170,7 +170,7 @@ pub(super) async fn run(
 
 /// Queues Services per Go's add and update handlers, plus Services that vanished while the
 /// controller had a record of their load balancer.
-async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Service>) {
+async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<Service>>) {
     loop {
         let change = tokio::select! {
             () = shared.ctx.shutdown.cancelled() => return,

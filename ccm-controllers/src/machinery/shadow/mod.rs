@@ -32,6 +32,7 @@ pub(crate) mod report;
 mod watch;
 pub(crate) mod write_guard;
 
+use ccm_core::NodeView;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -205,7 +206,7 @@ pub(crate) struct Shadow {
     /// How long a pending object's planned changes wait before they count as divergences.
     grace: Duration,
     /// The shared informers, once the runtime started them.
-    stores: OnceLock<(Informer<Node>, Informer<Service>)>,
+    stores: OnceLock<(Informer<Node, NodeView>, Informer<Service>)>,
     /// The provider does not implement `get_load_balancer_hosts` (logged once).
     hosts_unknown: std::sync::atomic::AtomicBool,
     /// A dry-run delete was forbidden (logged once).
@@ -258,7 +259,10 @@ impl Shadow {
 
     /// The cached Node `name`, once the informers run.
     fn cached_node(&self, name: &str) -> Option<Arc<Node>> {
-        self.stores.get().and_then(|(nodes, _)| nodes.get(name))
+        self.stores
+            .get()
+            .and_then(|(nodes, _)| nodes.get(name))
+            .map(|view| Arc::new(view.to_node()))
     }
 
     /// The cached Service `namespace/name`, once the informers run.

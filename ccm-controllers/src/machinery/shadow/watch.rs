@@ -3,6 +3,7 @@
 //! pending objects, promotes pending changes whose grace period passed, and counts the objects
 //! compared.
 
+use ccm_core::NodeView;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +25,11 @@ fn is_object_field(field: &str) -> bool {
 
 impl Shadow {
     /// Follows the shared informers until they stop; run it beside them.
-    pub(crate) async fn watch(self: Arc<Self>, nodes: Informer<Node>, services: Informer<Service>) {
+    pub(crate) async fn watch(
+        self: Arc<Self>,
+        nodes: Informer<Node, NodeView>,
+        services: Informer<Service>,
+    ) {
         let _ = self.stores.set((nodes.clone(), services.clone()));
         let (Some(mut node_changes), Some(mut service_changes)) =
             (nodes.subscribe().await, services.subscribe().await)
@@ -51,9 +56,11 @@ impl Shadow {
         }
     }
 
-    fn node_changed(&self, change: Change<Node>) {
+    fn node_changed(&self, change: Change<NodeView>) {
         match change {
             Change::Applied { new, .. } => {
+                // The shadow's comparisons read the whole Node: a copy of the cached view.
+                let new = new.to_node();
                 let name = new.metadata.name.clone().unwrap_or_default();
                 let fields = node_fields(&new);
                 let ready = node_ready(&new);
@@ -69,7 +76,7 @@ impl Shadow {
                 }
             }
             Change::Deleted(old) => {
-                let name = old.metadata.name.clone().unwrap_or_default();
+                let name = old.name().to_owned();
                 self.resolve_where("Node", &name, |_| true);
                 self.settled("Node", &name);
             }
@@ -77,7 +84,7 @@ impl Shadow {
         }
     }
 
-    fn service_changed(&self, change: Change<Service>) {
+    fn service_changed(&self, change: Change<Arc<Service>>) {
         match change {
             Change::Applied { new, .. } => {
                 let object = service_object(&new);

@@ -148,7 +148,7 @@ impl RouteTest {
                 .context()
                 .nodes
                 .get(node)
-                .and_then(|n| network_unavailable(&n))
+                .and_then(|n| network_unavailable(&n.to_node()))
                 .is_some_and(|c| c.status == status && c.reason.as_deref() == Some(reason))
         })
         .await;

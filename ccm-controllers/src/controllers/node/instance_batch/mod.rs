@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ccm_core::{CloudError, CloudProvider, Node};
+use ccm_core::{CloudError, CloudProvider, NodeView};
 use futures::{Stream, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
@@ -37,8 +37,8 @@ pub(crate) fn batches(cloud: &dyn CloudProvider) -> bool {
     cloud.instances_v2().is_some() && cloud.instances_batch().is_some()
 }
 
-fn node_name(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn node_name(node: &NodeView) -> String {
+    node.name().to_owned()
 }
 
 /// One `describe_instances` call for `nodes` (1 to `max_batch_size`, each name once), read per
@@ -46,21 +46,17 @@ fn node_name(node: &Node) -> String {
 /// waits; no Node is asked alone meanwhile), then reported for every Node.
 async fn describe(
     cloud: &dyn CloudProvider,
-    nodes: &[Arc<Node>],
+    nodes: &[NodeView],
     retries: usize,
     shutdown: &CancellationToken,
 ) -> Vec<(String, Lookup)> {
-    let names: Vec<String> = nodes.iter().map(|n| node_name(n)).collect();
+    let names: Vec<String> = nodes.iter().map(node_name).collect();
     let Some(batch) = cloud.instances_batch() else {
         return distribute(&names, Err(CloudError::NotImplemented));
     };
-    let views: Vec<ccm_core::NodeView> = nodes
-        .iter()
-        .map(|n| ccm_core::NodeView::from_node(n))
-        .collect();
     let mut attempt = 0;
     loop {
-        let result = batch.describe_instances(&views).await;
+        let result = batch.describe_instances(nodes).await;
         match &result {
             Err(CloudError::Retry { after, message }) if attempt < retries => {
                 tracing::info!(nodes = nodes.len(), ?after, %message, "cloud provider asked to retry the batch");
@@ -91,11 +87,11 @@ async fn describe(
 /// in part; `Duration::ZERO` sends them at once (at most [`CALLS_IN_FLIGHT`] in flight).
 pub(crate) fn describe_batches<'a>(
     cloud: &'a dyn CloudProvider,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<NodeView>,
     retries: usize,
     spread: Duration,
     shutdown: &'a CancellationToken,
-) -> impl Stream<Item = Vec<(Arc<Node>, Lookup)>> + Send + 'a {
+) -> impl Stream<Item = Vec<(NodeView, Lookup)>> + Send + 'a {
     let max = cloud.instances_batch().map_or(1, |b| b.max_batch_size());
     let calls = group(nodes, max);
     let start = tokio::time::Instant::now();
@@ -125,7 +121,7 @@ pub(crate) fn describe_batches<'a>(
 /// not batch (ask with single calls).
 pub(crate) async fn describe_all(
     cloud: &dyn CloudProvider,
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<NodeView>,
     retries: usize,
     spread: Duration,
     shutdown: &CancellationToken,
@@ -153,7 +149,7 @@ pub(crate) async fn describe_all(
 const COALESCER_CALLS_IN_FLIGHT: usize = 2;
 
 struct Request {
-    node: Arc<Node>,
+    node: NodeView,
     reply: oneshot::Sender<Lookup>,
     /// When the lookup was asked: a batch's window starts at its first lookup's arrival, also
     /// when that lookup waited in the channel behind a full batch.
@@ -193,7 +189,7 @@ impl Coalescer {
 
     /// The batch answer for `node`; [`Lookup::Unsupported`] when the provider turned out not
     /// to batch or the controller is shutting down (ask with a single call).
-    pub(crate) async fn lookup(&self, node: Arc<Node>) -> Lookup {
+    pub(crate) async fn lookup(&self, node: NodeView) -> Lookup {
         if self.unsupported.load(Ordering::Relaxed) {
             return Lookup::Unsupported;
         }
@@ -216,7 +212,7 @@ struct Batch {
     /// The arrival of its first lookup (`None`: empty).
     since: Option<Instant>,
     /// The Nodes to ask about, each name once.
-    nodes: Vec<Arc<Node>>,
+    nodes: Vec<NodeView>,
     /// Who waits for each Node's answer (a Node asked twice has two waiters).
     waiting: HashMap<String, Vec<oneshot::Sender<Lookup>>>,
 }
@@ -301,7 +297,7 @@ async fn call(
     // A whole-call Retry is not retried here: every Node of the call gets it, and the
     // controller requeues them all after its delay (they come back together).
     let answers = if unsupported.load(Ordering::Relaxed) {
-        let names: Vec<String> = nodes.iter().map(|n| node_name(n)).collect();
+        let names: Vec<String> = nodes.iter().map(node_name).collect();
         distribute(&names, Err(CloudError::NotImplemented))
     } else {
         describe(cloud.as_ref(), &nodes, 0, &shutdown).await

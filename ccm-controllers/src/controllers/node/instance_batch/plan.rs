@@ -8,9 +8,10 @@
 //! - `NotImplemented` from the whole call means "use single calls" ([`Lookup::Unsupported`]).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use ccm_core::{CloudError, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, Node};
+use ccm_core::{
+    CloudError, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, NodeView,
+};
 
 /// What one batch call said about one Node.
 #[derive(Debug)]
@@ -26,16 +27,16 @@ pub(crate) enum Lookup {
     Unsupported,
 }
 
-fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
+fn node_name(node: &NodeView) -> &str {
+    node.name()
 }
 
 /// Splits `nodes` into calls of at most `max` Nodes (at least 1), in order, each Node name
 /// once (the contract: never the same Node twice; the first copy is kept).
-pub(crate) fn group(nodes: Vec<Arc<Node>>, max: usize) -> Vec<Vec<Arc<Node>>> {
+pub(crate) fn group(nodes: Vec<NodeView>, max: usize) -> Vec<Vec<NodeView>> {
     let max = max.max(1);
     let mut seen = HashSet::new();
-    let mut calls: Vec<Vec<Arc<Node>>> = Vec::new();
+    let mut calls: Vec<Vec<NodeView>> = Vec::new();
     for node in nodes {
         if !seen.insert(node_name(&node).to_owned()) {
             continue;
@@ -161,17 +162,18 @@ pub(crate) fn lifecycle_lookup(
 
 #[cfg(test)]
 mod tests {
+    use ccm_core::Node;
     use std::time::Duration;
 
     use super::*;
 
-    fn node(name: &str) -> Arc<Node> {
+    fn node(name: &str) -> NodeView {
         let mut n = Node::default();
         n.metadata.name = Some(name.into());
-        Arc::new(n)
+        NodeView::from(n)
     }
 
-    fn names(calls: &[Vec<Arc<Node>>]) -> Vec<Vec<String>> {
+    fn names(calls: &[Vec<NodeView>]) -> Vec<Vec<String>> {
         calls
             .iter()
             .map(|c| c.iter().map(|n| node_name(n).to_owned()).collect())

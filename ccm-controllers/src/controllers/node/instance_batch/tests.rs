@@ -17,12 +17,12 @@ use tokio_util::sync::CancellationToken;
 use super::plan::Lookup;
 use super::{Coalescer, describe_all};
 
-fn nodes(n: usize) -> Vec<Arc<Node>> {
+fn nodes(n: usize) -> Vec<NodeView> {
     (0..n)
         .map(|i| {
             let mut node = Node::default();
             node.metadata.name = Some(format!("n{i}"));
-            Arc::new(node)
+            NodeView::from(node)
         })
         .collect()
 }
@@ -165,7 +165,7 @@ fn ask(
     node.metadata.name = Some(name.to_owned());
     tokio::spawn(async move {
         tokio::time::sleep_until(origin + at).await;
-        let lookup = coalescer.lookup(Arc::new(node)).await;
+        let lookup = coalescer.lookup(NodeView::from(node)).await;
         let found = matches!(lookup, Lookup::Answer(InstanceAnswer::Found(_)));
         (Instant::now() - origin, found)
     })

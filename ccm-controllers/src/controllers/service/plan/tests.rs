@@ -1,6 +1,37 @@
 //! Unit tests of the service planner: the rules of the reference, one test per rule.
 
 use super::*;
+use k8s_openapi::api::core::v1::Node;
+
+// The Node predicates read the cached view; the tests build k8s-openapi Nodes, as the API
+// server sends them, and ask through these (each the view of the Node, as the cache holds it).
+fn view(node: &Node) -> NodeView {
+    NodeView::from_node(node)
+}
+
+fn is_eligible_host(node: &Node) -> bool {
+    super::is_eligible_host(&view(node))
+}
+
+fn node_included(node: &Node) -> bool {
+    super::node_included(&view(node))
+}
+
+fn node_not_deleted(node: &Node) -> bool {
+    super::node_not_deleted(&view(node))
+}
+
+fn node_not_tainted_for_deletion(node: &Node) -> bool {
+    super::node_not_tainted_for_deletion(&view(node))
+}
+
+fn node_update_needs_sync(old: &Node, new: &Node) -> bool {
+    super::node_update_needs_sync(&view(old), &view(new))
+}
+
+fn host_change(old: Option<&Node>, new: Option<&Node>) -> Option<HostChange> {
+    super::host_change(old.map(view).as_ref(), new.map(view).as_ref())
+}
 
 /// Go's `needsUpdate(old, new)`: whether a Service update must be synced ([`update_trigger`]
 /// lists why; the event loop applies it inline, with the trigger's Event).
@@ -396,16 +427,13 @@ fn eligibility_combines_the_three_predicates() {
 
 #[test]
 fn eligible_hosts_filters_and_sorts() {
-    let nodes: Vec<Arc<Node>> = vec![
-        Arc::new(node("c")),
-        Arc::new(labelled(node("b"), "true")),
-        Arc::new(node("a")),
+    let nodes: Vec<NodeView> = vec![
+        view(&node("c")),
+        view(&labelled(node("b"), "true")),
+        view(&node("a")),
     ];
     let hosts = eligible_hosts(&nodes);
-    let names: Vec<_> = hosts
-        .iter()
-        .map(|n| n.metadata.name.clone().unwrap())
-        .collect();
+    let names: Vec<_> = hosts.iter().map(NodeView::name).collect();
     assert_eq!(names, ["a", "c"]);
     assert_eq!(
         host_keys(&hosts),

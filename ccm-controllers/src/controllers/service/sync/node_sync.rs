@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ccm_core::{CloudError, LoadBalancerHostsBatch, NodeView};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::Service;
 use tokio::sync::mpsc;
 
 use super::{Entry, Reconciler};
@@ -26,7 +26,7 @@ use crate::machinery::informer::{Change, Subscription};
 /// The eligible hosts at one generation of the Node informer, built once and shared by every
 /// load balancer synced while the Nodes do not change.
 ///
-/// The provider takes the store's own `Arc<Node>`s (as Go passes `[]*v1.Node` from the
+/// The provider takes the store's own [`NodeView`]s (where Go passes `[]*v1.Node` from the
 /// informer cache), so a host set costs one pointer per host, never a copy of a Node: cloning
 /// every eligible Node for every `ensure_load_balancer`/`update_load_balancer` call cost
 /// 5 million Node clones (and 1.4 GB of resident memory) to ensure 1,000 load balancers over
@@ -68,7 +68,7 @@ impl HostSet {
 /// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
 pub(super) async fn node_events(
     shared: Arc<Reconciler>,
-    mut changes: Subscription<Node>,
+    mut changes: Subscription<NodeView>,
     trigger: mpsc::UnboundedSender<HostChange>,
 ) {
     loop {
@@ -78,7 +78,7 @@ pub(super) async fn node_events(
         };
         let Some(change) = change else { return };
         let host_change = match &change {
-            Change::Applied { old, new } => plan::host_change(old.as_deref(), Some(new)),
+            Change::Applied { old, new } => plan::host_change(old.as_ref(), Some(new)),
             Change::Deleted(gone) => plan::host_change(Some(gone), None),
             Change::Resync => Some(HostChange::Removal),
         };
@@ -161,7 +161,7 @@ impl Reconciler {
         };
         let set = HostSet {
             generation,
-            nodes: hosts.iter().map(|n| NodeView::from_node(n)).collect(),
+            nodes: hosts.into(),
             keys,
             compared: Arc::default(),
         };
