@@ -133,7 +133,7 @@ async fn run_initialising_a_node(format: &str) -> (String, u32) {
         "zone: test-zone\nfaults:\n  instance_metadata:\n    - fail_next: 1\n",
     )
     .unwrap();
-    let mut ccm = support::fake_ccm(&server, &config)
+    let mut ccm = support::fake_ccm(&server, &config, 0)
         .arg(format!("--logging-format={format}"))
         .env_remove("RUST_LOG")
         .env_remove("NO_COLOR")

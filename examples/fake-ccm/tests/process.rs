@@ -23,7 +23,7 @@ async fn the_binary_initialises_a_node() {
 
     let config = std::env::temp_dir().join(format!("fake-ccm-test-{}.yaml", std::process::id()));
     std::fs::write(&config, "zone: test-zone\n").unwrap();
-    let mut ccm = support::fake_ccm(&server, &config).spawn().unwrap();
+    let mut ccm = support::fake_ccm(&server, &config, 0).spawn().unwrap();
 
     let node = wait_for(&nodes, "worker-1", Duration::from_secs(60), |n: &Node| {
         let tainted = n

@@ -21,7 +21,7 @@ use support::signal;
 const NS: &str = "default";
 
 fn start_ccm(server: &ApiServer, config: &Path) -> tokio::process::Child {
-    support::fake_ccm(server, config)
+    support::fake_ccm(server, config, 0)
         .arg("--controllers=service")
         .arg("--concurrent-service-syncs=1")
         .spawn()

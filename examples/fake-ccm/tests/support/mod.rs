@@ -7,16 +7,21 @@ use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
 
-/// `fake-ccm` against `server` with the FakeCloud config at `config`: no leader election, an
-/// ephemeral secure port, no cloud routes, stdout discarded, stderr inherited (the caller may
+/// `fake-ccm` against `server` with the FakeCloud config at `config`: no leader election, the
+/// secure port `secure_port` on 127.0.0.1 (0: no HTTPS serving), no cloud routes, stdout discarded, stderr inherited (the caller may
 /// change both), killed when dropped.
-pub(crate) fn fake_ccm(server: &ApiServer, config: &Path) -> tokio::process::Command {
+pub(crate) fn fake_ccm(
+    server: &ApiServer,
+    config: &Path,
+    secure_port: u16,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-ccm"));
     cmd.arg(format!("--master={}", server.url()))
         .arg("--cloud-provider=fake")
         .arg(format!("--cloud-config={}", config.display()))
         .arg("--leader-elect=false")
-        .arg("--secure-port=0")
+        .arg(format!("--secure-port={secure_port}"))
+        .arg("--bind-address=127.0.0.1")
         .arg("--configure-cloud-routes=false")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
