@@ -17,6 +17,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+# The copies are built once and thrown away: no incremental caches for them (GBs on disk; each
+# copy has a new path, so a cache would never be reused).
+export CARGO_INCREMENTAL=0
 versions=("$@")
 if [ ${#versions[@]} -eq 0 ]; then
     versions=(1.34 1.35 1.36 1.37)
