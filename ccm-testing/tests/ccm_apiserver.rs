@@ -173,7 +173,8 @@ async fn kubectl_and_kube_clients_work_against_ccm_apiserver() {
 }
 
 /// `--fault` rules: a bad one stops the binary with a clear error; good ones inject faults
-/// into the requests they name and leave the others alone.
+/// into the requests they name and leave the others alone. `--watch-list=false` refuses
+/// `sendInitialEvents`.
 #[tokio::test]
 async fn fault_flags_inject_faults() {
     let bad = Command::new(env!("CARGO_BIN_EXE_ccm-apiserver"))
@@ -198,6 +199,7 @@ async fn fault_flags_inject_faults() {
                 "--fault=429:1:list:services",
                 "--fault-retry-after=7",
                 "--fault-seed=3",
+                "--watch-list=false",
             ])
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .stdout(Stdio::null())
@@ -236,5 +238,12 @@ async fn fault_flags_inject_faults() {
     let resp = client.send(req).await.unwrap();
     assert_eq!(resp.status().as_u16(), 429);
     assert_eq!(resp.headers()["retry-after"], "7");
+    // --watch-list=false: a streaming initial list is refused, as without the WatchList gate.
+    let req = http::Request::get(
+        "/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan",
+    )
+    .body(kube::client::Body::empty())
+    .unwrap();
+    assert_eq!(client.send(req).await.unwrap().status().as_u16(), 422);
     let _ = std::fs::remove_file(&kubeconfig);
 }

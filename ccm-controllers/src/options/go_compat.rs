@@ -17,10 +17,12 @@ pub struct GoCompatArgs {
     /// Accepted with a warning: the client always speaks JSON.
     #[arg(long, value_name = "TYPE")]
     pub kube_api_content_type: Option<String>,
-    /// Accepted with a warning: there are no pprof endpoints.
+    /// Serve CPU profiles in pprof's format at `/debug/pprof/` on the secure port, authorized
+    /// as `/metrics` (Go's flag; default true). See [`GoCompatArgs::profiling_enabled`].
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub profiling: Option<bool>,
-    /// Accepted with a warning: there are no pprof endpoints.
+    /// `true` is accepted with a warning: Go's block and mutex (lock-contention) profiles
+    /// have no Rust counterpart; `/debug/pprof/profile` serves CPU profiles.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub contention_profiling: Option<bool>,
     /// Accepted with a warning: shared informers are watch-driven and never resync.
@@ -66,6 +68,14 @@ pub struct GoCompatArgs {
     /// Flags Go removed: rejected with the reason.
     #[command(flatten)]
     pub removed: RemovedGoArgs,
+}
+
+impl GoCompatArgs {
+    /// Whether `/debug/pprof/` is served: `--profiling`, true unless set to false (Go's
+    /// default).
+    pub fn profiling_enabled(&self) -> bool {
+        self.profiling.unwrap_or(true)
+    }
 }
 
 /// Go's webhook serving flags; no webhook server is started here, so each is warned about.

@@ -9,10 +9,12 @@ use crate::machinery::go_syntax::parse_go_duration;
 /// `--logging-format`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines (the default).
+    /// klog's text header, as Go's structured text logging writes it (the default):
+    /// `I1127 20:35:19.717632       1 sync.rs:312] "node synced" node="worker-1"`.
     #[default]
     Text,
-    /// One JSON object per line (Go's `--logging-format=json`).
+    /// One JSON object per line with component-base's keys (`ts`, `caller`, `msg`, `v`,
+    /// `err`), as Go's `--logging-format=json`.
     Json,
 }
 

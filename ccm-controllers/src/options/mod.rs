@@ -356,14 +356,9 @@ impl Options {
             "the Rust client always uses application/json",
         );
         note(
-            c.profiling.is_some(),
-            "profiling",
-            "there are no pprof endpoints",
-        );
-        note(
-            c.contention_profiling.is_some(),
+            c.contention_profiling == Some(true),
             "contention-profiling",
-            "there are no pprof endpoints",
+            "Go's block and mutex (lock-contention) profiles have no Rust counterpart; /debug/pprof/profile serves CPU profiles",
         );
         note(
             c.min_resync_period.is_some(),

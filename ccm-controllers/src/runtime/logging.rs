@@ -1,10 +1,14 @@
-//! Logging: the global `tracing` subscriber the logging flags configure.
+//! Logging: the global `tracing` subscriber the logging flags configure, writing Go's log
+//! formats (format.rs): klog's text header or component-base's JSON.
+
+mod format;
 
 use crate::options::{LogFormat, LoggingArgs};
 
 /// Installs the global tracing subscriber (once per process; later calls keep the first).
-/// `RUST_LOG` wins over `-v` and `--vmodule`; `--logging-format` picks text or JSON; with
-/// `--log-{text,json}-split-stream`, errors go to stderr and the rest to stdout (Go's split).
+/// `RUST_LOG` wins over `-v` and `--vmodule`; `--logging-format` picks klog's text or Go's
+/// JSON; with `--log-{text,json}-split-stream`, errors go to stderr and the rest to stdout
+/// (Go's split). Neither format has colours, whether stderr is a terminal or not.
 pub(super) fn init_logging(args: &LoggingArgs) {
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
@@ -25,11 +29,10 @@ pub(super) fn init_logging(args: &LoggingArgs) {
     } else {
         BoxMakeWriter::new(std::io::stderr)
     };
-    let builder = tracing_subscriber::fmt()
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer);
-    let _ = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+        .with_writer(writer)
+        .with_ansi(false)
+        .event_format(format::GoFormat::new(args.log_format == LogFormat::Json))
+        .try_init();
 }

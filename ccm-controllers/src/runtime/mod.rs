@@ -31,6 +31,7 @@ pub(crate) mod health;
 mod lead;
 pub(crate) mod leader;
 mod logging;
+mod profiling;
 mod shadow;
 mod start;
 

@@ -75,10 +75,11 @@ where
         } else {
             LeaderState::Disabled
         });
-        let router = super::shadow::with_endpoint(
-            health::router(health.clone(), metrics.clone()),
-            shadow.as_ref(),
-        );
+        let mut router = health::router(health.clone(), metrics.clone());
+        if options.compat.profiling_enabled() {
+            router = router.merge(super::profiling::router());
+        }
+        let router = super::shadow::with_endpoint(router, shadow.as_ref());
         let serving = self.start_serving(&options, router, &clients.root).await?;
         let shutdown = CancellationToken::new();
         let signal_task = watch_shutdown_signal(

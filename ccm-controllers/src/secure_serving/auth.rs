@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, Request, StatusCode, header};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -206,13 +206,14 @@ impl DelegatedAuth {
     }
 
     async fn review_token(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.to_owned()),
-                audiences: None,
-            },
-            ..TokenReview::default()
-        };
+        // Built from JSON: `spec.token` is optional up to Kubernetes 1.35 and required from
+        // 1.36 in k8s-openapi, and one code must build for every supported version.
+        let review: TokenReview = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token},
+        }))
+        .map_err(|e| ReviewError::Rejected(format!("cannot build the TokenReview: {e}")))?;
         let api = &self.inner.authn;
         let pp = PostParams::default();
         let answer = with_retry(|| api.create(&pp, &review)).await?;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use ccm_controllers::{Builder, ControllerContext};
 use ccm_testing::TestCluster;
+use ccm_testing::apiserver::{ApiServer, RequestFilter};
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
@@ -412,13 +413,45 @@ async fn renewal_failures_keep_the_lease_until_the_renew_deadline_then_exit_1() 
 
 #[tokio::test]
 async fn the_built_in_controllers_run_through_the_runtime() {
-    use k8s_openapi::api::core::v1::Node;
     let cluster = TestCluster::start().await;
     if cluster.is_real() {
         // The built-in controllers would act on the real cluster's Nodes with FakeCloud's
         // answers; this wiring test runs on the in-process API server only.
         return;
     }
+    built_in_controllers_initialise_a_node(&cluster).await;
+    cluster.cleanup().await;
+}
+
+/// An API server without the WatchList feature (it refuses `sendInitialEvents`, as a
+/// kube-apiserver with the gate off): the informers fall back to paged lists, sync, and the
+/// Node is initialised all the same.
+#[tokio::test]
+async fn the_built_in_controllers_run_on_a_server_without_watch_list() {
+    let cluster = TestCluster::start_with(ApiServer::builder().watch_list(false)).await;
+    let Some(server) = cluster.api_server() else {
+        return; // as above, in-process only
+    };
+    built_in_controllers_initialise_a_node(&cluster).await;
+    let refused = server
+        .requests_matching(&RequestFilter::new().verb("watch"))
+        .into_iter()
+        .filter(|r| r.status == 422 && r.query.contains("sendInitialEvents=true"))
+        .count();
+    let listed = server
+        .requests_matching(&RequestFilter::new().verb("list").resource("nodes"))
+        .len();
+    assert!(
+        refused >= 2,
+        "the Node and Service informers asked to stream: {refused}"
+    );
+    assert!(listed >= 1, "then listed");
+    cluster.cleanup().await;
+}
+
+/// Runs the runtime with its built-in controllers and FakeCloud against `cluster` until a
+/// kubelet-registered Node is initialised and routed; checks the controllers' gauges.
+async fn built_in_controllers_initialise_a_node(cluster: &TestCluster) {
     let cloud = FakeCloud::default();
     let name = cluster.unique_name("worker");
     cluster
@@ -433,7 +466,7 @@ async fn the_built_in_controllers_run_through_the_runtime() {
             .listener(listener)
             .args([
                 "ccm".to_owned(),
-                connection_flag(&cluster),
+                connection_flag(cluster),
                 "--leader-elect=false".to_owned(),
                 "--cluster-cidr=10.244.0.0/16".to_owned(),
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
@@ -484,7 +517,6 @@ async fn the_built_in_controllers_run_through_the_runtime() {
         tokio::time::timeout(WAIT, runtime).await.unwrap().unwrap(),
         0
     );
-    cluster.cleanup().await;
 }
 
 /// Runs a runtime whose only controller hands out the cached copy of Node `name` once the shared

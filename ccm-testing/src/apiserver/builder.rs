@@ -67,6 +67,7 @@ pub struct ApiServerBuilder {
     admission: Admission,
     namespace_controller: Option<bool>,
     rbac: bool,
+    watch_list: Option<bool>,
 }
 
 impl ApiServerBuilder {
@@ -109,6 +110,16 @@ impl ApiServerBuilder {
         self
     }
 
+    /// The WatchList feature (default on, as in recent kube-apiservers): a watch may ask
+    /// for `sendInitialEvents=true` (the initial list streamed as events). Off, such a watch is
+    /// refused with `422 Invalid`, as by a kube-apiserver whose `WatchList` feature gate is off, so
+    /// clients list in pages; see
+    /// [`ApiServer::set_watch_list`].
+    pub fn watch_list(mut self, on: bool) -> Self {
+        self.watch_list = Some(on);
+        self
+    }
+
     /// Starts the server on `127.0.0.1:0`, as [`ApiServer::start`].
     ///
     /// # Panics
@@ -135,6 +146,9 @@ impl ApiServerBuilder {
         }
         if self.rbac {
             server.enable_rbac();
+        }
+        if let Some(on) = self.watch_list {
+            server.set_watch_list(on);
         }
         server
     }

@@ -74,6 +74,12 @@ struct Args {
     /// A watch hit by `close` ends after a random time up to this, in milliseconds.
     #[arg(long, default_value_t = 5000, value_name = "MS")]
     fault_watch_close_ms: u64,
+
+    /// The WatchList feature: with `false`, a watch asking for `sendInitialEvents=true` is
+    /// refused with 422, as by a kube-apiserver whose WatchList feature gate is off, so clients
+    /// list in pages. Default true, as recent kube-apiservers.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    watch_list: bool,
 }
 
 #[tokio::main]
@@ -105,6 +111,7 @@ async fn serve(args: Args) -> Result<(), String> {
         .map_err(|e| format!("cannot serve on {addr}: {e}"))?;
     server.set_latency(Duration::from_millis(args.latency_ms));
     server.set_bookmark_interval(Duration::from_millis(args.bookmark_interval_ms));
+    server.set_watch_list(args.watch_list);
     if !args.faults.is_empty() {
         let faults = args.faults.iter().cloned().fold(
             ApiFaults::seeded(args.fault_seed)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ccm_testing::apiserver::{ApiServer, PatchType, RequestFilter};
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Event, Node, ObjectReference, Service, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -59,21 +59,24 @@ async fn request_token(
     ns: &str,
     name: &str,
     seconds: Option<i64>,
-) -> Result<TokenRequest, kube::Error> {
+) -> Result<serde_json::Value, kube::Error> {
     let sas: Api<ServiceAccount> = Api::namespaced(server.client(), ns);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: seconds,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    sas.create_token_request(name, &PostParams::default(), &request)
-        .await
+    // As JSON both ways: which TokenRequest fields are optional differs between the
+    // Kubernetes versions k8s-openapi compiles for.
+    let request: TokenRequest = serde_json::from_value(json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": seconds, "audiences": []},
+    }))
+    .unwrap();
+    let answer = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?;
+    Ok(serde_json::to_value(answer).unwrap())
 }
 
-fn token_of(tr: &TokenRequest) -> String {
-    tr.status.as_ref().unwrap().token.clone()
+fn token_of(tr: &serde_json::Value) -> String {
+    tr["status"]["token"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test]
@@ -86,14 +89,10 @@ async fn token_requests_issue_service_account_tokens_that_authenticate() {
     let issued = request_token(&s, "kube-system", "node-controller", None)
         .await
         .unwrap();
-    assert_eq!(issued.spec.expiration_seconds, Some(3600), "the default");
-    let expires: jiff::Timestamp = issued
-        .status
-        .as_ref()
+    assert_eq!(issued["spec"]["expirationSeconds"], 3600, "the default");
+    let expires: jiff::Timestamp = issued["status"]["expirationTimestamp"]
+        .as_str()
         .unwrap()
-        .expiration_timestamp
-        .0
-        .to_string()
         .parse()
         .unwrap();
     let lifetime = expires.as_second() - before.as_second();
@@ -125,7 +124,7 @@ async fn token_requests_issue_service_account_tokens_that_authenticate() {
     let long = request_token(&s, "kube-system", "node-controller", Some(7200))
         .await
         .unwrap();
-    assert_eq!(long.spec.expiration_seconds, Some(7200));
+    assert_eq!(long["spec"]["expirationSeconds"], 7200);
     let e = api_err(
         request_token(&s, "kube-system", "node-controller", Some(300))
             .await
@@ -158,8 +157,7 @@ async fn expired_unknown_and_orphaned_tokens_are_unauthorized() {
         .await
         .unwrap();
     assert_eq!(
-        short.spec.expiration_seconds,
-        Some(1),
+        short["spec"]["expirationSeconds"], 1,
         "capped by the maximum"
     );
     let nodes: Api<Node> = Api::all(client(&s, Some(&token_of(&short)), "t").await);

@@ -2,7 +2,7 @@
 //! as a delegating component calls them.
 
 use ccm_testing::apiserver::ApiServer;
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
@@ -10,13 +10,14 @@ use kube::api::{Api, PostParams};
 
 async fn review_token(server: &ApiServer, token: &str) -> Result<TokenReview, kube::Error> {
     let api: Api<TokenReview> = Api::all(server.client());
-    let review = TokenReview {
-        spec: TokenReviewSpec {
-            token: Some(token.to_owned()),
-            audiences: None,
-        },
-        ..TokenReview::default()
-    };
+    // From JSON: `spec.token` is optional up to Kubernetes 1.35 and required from 1.36 in
+    // k8s-openapi.
+    let review: TokenReview = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }))
+    .unwrap();
     api.create(&PostParams::default(), &review).await
 }
 

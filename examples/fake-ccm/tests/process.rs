@@ -2,7 +2,6 @@
 //! watches it initialise a node.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
@@ -10,6 +9,8 @@ use ccm_testing::builders::kubelet_node;
 use ccm_testing::wait::wait_for;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
+
+mod support;
 
 #[tokio::test]
 async fn the_binary_initialises_a_node() {
@@ -22,18 +23,7 @@ async fn the_binary_initialises_a_node() {
 
     let config = std::env::temp_dir().join(format!("fake-ccm-test-{}.yaml", std::process::id()));
     std::fs::write(&config, "zone: test-zone\n").unwrap();
-    let mut ccm = tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-ccm"))
-        .arg(format!("--master={}", server.url()))
-        .arg("--cloud-provider=fake")
-        .arg(format!("--cloud-config={}", config.display()))
-        .arg("--leader-elect=false")
-        .arg("--secure-port=0")
-        .arg("--configure-cloud-routes=false")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut ccm = support::fake_ccm(&server, &config, 0).spawn().unwrap();
 
     let node = wait_for(&nodes, "worker-1", Duration::from_secs(60), |n: &Node| {
         let tainted = n
@@ -63,16 +53,7 @@ async fn the_binary_initialises_a_node() {
     );
 
     // SIGTERM: a graceful shutdown exits 0.
-    let pid = ccm.id().unwrap();
-    std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    let status = tokio::time::timeout(Duration::from_secs(60), ccm.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = support::stop(&mut ccm).await;
     assert!(status.success(), "fake-ccm exited with {status}");
     let _ = std::fs::remove_file(config);
 }

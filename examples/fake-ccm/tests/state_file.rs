@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
@@ -15,33 +14,18 @@ use ccm_testing::wait::wait_for;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
+mod support;
+
+use support::signal;
+
 const NS: &str = "default";
 
 fn start_ccm(server: &ApiServer, config: &Path) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-ccm"))
-        .arg(format!("--master={}", server.url()))
-        .arg("--cloud-provider=fake")
-        .arg(format!("--cloud-config={}", config.display()))
-        .arg("--leader-elect=false")
-        .arg("--secure-port=0")
-        .arg("--configure-cloud-routes=false")
+    support::fake_ccm(server, config, 0)
         .arg("--controllers=service")
         .arg("--concurrent-service-syncs=1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .unwrap()
-}
-
-fn signal(ccm: &tokio::process::Child, sig: &str) {
-    let pid = ccm.id().unwrap();
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// Waits until the state file satisfies `done`, polling every 10 ms.
@@ -154,12 +138,8 @@ async fn load_balancers_survive_a_sigkill_in_the_state_file() {
         Some(second_ip.as_str())
     );
 
-    signal(&ccm, "TERM");
     let mut ccm = ccm;
-    let status = tokio::time::timeout(Duration::from_secs(60), ccm.wait())
-        .await
-        .unwrap()
-        .unwrap();
+    let status = support::stop(&mut ccm).await;
     assert!(status.success(), "fake-ccm exited with {status}");
     let _ = std::fs::remove_dir_all(dir);
 }

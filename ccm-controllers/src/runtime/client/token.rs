@@ -25,7 +25,7 @@ use std::time::Duration;
 use futures::Future;
 use http::header::AUTHORIZATION;
 use http::{HeaderValue, Request};
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -231,28 +231,33 @@ async fn request_token(
 ) -> Result<Token, kube::Error> {
     let api: Api<ServiceAccount> = Api::namespaced(root.clone(), namespace);
     let sent = Instant::now();
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            expiration_seconds: Some(expiration_seconds),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    let answer = api
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?;
     let invalid = |what: &str| {
         kube::Error::Service(
             format!("the TokenRequest of {namespace}/{name} answered {what}").into(),
         )
     };
-    let status = answer.status.ok_or_else(|| invalid("no status"))?;
-    let seconds = answer
-        .spec
-        .expiration_seconds
+    // Built and read as JSON: which of TokenRequest's fields are optional differs between the
+    // Kubernetes versions k8s-openapi compiles for (`spec`, `spec.audiences` and
+    // `status.token` from 1.36), and one code must build for all of them.
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": expiration_seconds, "audiences": []},
+    }))
+    .map_err(|e| kube::Error::Service(e.into()))?;
+    let answer = api
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?;
+    let answer = serde_json::to_value(&answer).map_err(|e| kube::Error::Service(e.into()))?;
+    let token = answer["status"]["token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| invalid("no status.token"))?;
+    let seconds = answer["spec"]["expirationSeconds"]
+        .as_i64()
         .filter(|s| *s > 0)
         .ok_or_else(|| invalid("no spec.expirationSeconds"))?;
-    let header = HeaderValue::from_str(&format!("Bearer {}", status.token))
+    let header = HeaderValue::from_str(&format!("Bearer {token}"))
         .map_err(|_| invalid("a token that is not a valid header value"))?;
     Ok(token_timing(header, sent, seconds))
 }

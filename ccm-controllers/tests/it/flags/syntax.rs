@@ -244,15 +244,16 @@ fn every_flag_in_go_syntax() {
                     .any(|w| w.starts_with("--kube-api-content-type has no effect"))
             },
         ),
+        // --profiling works (Go's default true): no warning either way.
         (&["--profiling"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--profiling has no effect"))
+            o.compat.profiling_enabled() && !o.warnings().iter().any(|w| w.contains("profiling"))
         }),
+        (&[], |o| o.compat.profiling_enabled()),
         (&["--profiling=false"], |o| {
-            o.warnings()
-                .iter()
-                .any(|w| w.starts_with("--profiling has no effect"))
+            !o.compat.profiling_enabled() && !o.warnings().iter().any(|w| w.contains("profiling"))
+        }),
+        (&["--contention-profiling=false"], |o| {
+            !o.warnings().iter().any(|w| w.contains("profiling"))
         }),
         (&["--contention-profiling=true"], |o| {
             o.warnings()

@@ -461,34 +461,37 @@ impl Drop for CallWatch {
     }
 }
 
-/// The timestamp leading a line of fake-ccm's log (UTC wall clock, as `jiff::Timestamp::now()`
-/// in the harness), possibly inside ANSI colour codes.
+/// The time in the klog header of a line of fake-ccm's log (`I1127 20:35:19.717632 ...`:
+/// local time, month and day without a year; the year is the harness's own, or the one before
+/// when that would put the line in the future, across New Year's Eve).
 pub(crate) fn line_time(line: &str) -> Option<jiff::Timestamp> {
-    let start = line.find("20")?;
-    line[start..]
-        .split(|c: char| c.is_whitespace() || c == '\u{1b}')
-        .next()?
-        .parse()
+    let header = line.get(1..21)?;
+    let digits = |range: std::ops::Range<usize>| header.get(range)?.parse::<i32>().ok();
+    let (month, day) = (digits(0..2)?, digits(2..4)?);
+    let (hour, minute, second) = (digits(5..7)?, digits(8..10)?, digits(11..13)?);
+    let micros = digits(14..20)?;
+    let now = jiff::Zoned::now();
+    let at = |year: i16| {
+        jiff::civil::DateTime::new(
+            year,
+            i8::try_from(month).ok()?,
+            i8::try_from(day).ok()?,
+            i8::try_from(hour).ok()?,
+            i8::try_from(minute).ok()?,
+            i8::try_from(second).ok()?,
+            micros * 1000,
+        )
+        .ok()?
+        .to_zoned(now.time_zone().clone())
         .ok()
-}
-
-/// A log line without its ANSI colour codes (`ESC [ ... m`).
-pub(crate) fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // Skip to the end of the escape sequence (its final letter).
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
+        .map(|z| z.timestamp())
+    };
+    let this_year = at(now.year())?;
+    if this_year > now.timestamp() + jiff::SignedDuration::from_hours(24) {
+        at(now.year() - 1)
+    } else {
+        Some(this_year)
     }
-    out
 }
 
 /// Reads fake-ccm's log as it grows: each call returns the complete lines written since the
@@ -533,14 +536,14 @@ impl LogTail {
 /// FakeCloud's "load balancers by host count" line
 /// (`ccm-testing/src/fake_cloud/host_counts.rs`): its time and host count -> load balancers.
 pub(crate) fn host_counts_line(line: &str) -> Option<(jiff::Timestamp, BTreeMap<usize, usize>)> {
-    let line = strip_ansi(line);
-    let at = line_time(&line)?;
+    let at = line_time(line)?;
     let field = line
         .split_whitespace()
-        .find_map(|w| w.strip_prefix("by_host_count="))?;
+        .find_map(|w| w.strip_prefix("by_host_count="))?
+        .trim_matches('"');
     let mut counts = BTreeMap::new();
     if field != "none" {
-        for pair in field.trim_matches('"').split(',') {
+        for pair in field.split(',') {
             let (hosts, lbs) = pair.split_once('=')?;
             counts.insert(hosts.parse().ok()?, lbs.parse().ok()?);
         }
