@@ -216,7 +216,9 @@ async fn a_bad_load_balancer_classes_flag_exits_non_zero_naming_it() {
             .await
             .unwrap();
         assert!(!output.status.success(), "{value}: {output:?}");
+        // The error line is klog's: its message quoted as Go's %q, so `"` comes out as `\"`.
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(says), "{value}: {stderr}");
+        let quoted = says.replace('"', "\\\"");
+        assert!(stderr.contains(&quoted), "{value}: {stderr}");
     }
 }
