@@ -85,13 +85,19 @@ pub(crate) enum ReadyStep {
     RemoveShutdownTaint,
     /// Not Ready: ask the cloud whether the instance exists.
     CheckExists,
+    /// Not Ready, but nothing shows the Node was ours (uninitialised, no provider ID of our
+    /// scheme: `machinery/ownership.rs`, `deletion_evidence`): it is never deleted, and the
+    /// uninitialized taint already keeps pods off it, so the cloud is not asked at all.
+    NoEvidence,
 }
 
-/// Stage 1: what the `Ready` condition and the taints call for.
-pub(crate) fn plan_ready(node: &Node) -> ReadyStep {
+/// Stage 1: what the `Ready` condition and the taints call for. `deletion_evidence`: whether
+/// the Node may be deleted if its instance is gone.
+pub(crate) fn plan_ready(node: &Node, deletion_evidence: bool) -> ReadyStep {
     match (is_ready(node), has_shutdown_taint(node)) {
         (true, true) => ReadyStep::RemoveShutdownTaint,
         (true, false) => ReadyStep::Nothing,
+        (false, _) if !deletion_evidence => ReadyStep::NoEvidence,
         (false, _) => ReadyStep::CheckExists,
     }
 }
@@ -214,7 +220,23 @@ mod tests {
     }
 
     #[test]
+    fn stage_one_without_evidence_asks_nothing() {
+        for s in [Some("False"), Some("Unknown"), None] {
+            assert_eq!(plan_ready(&node(s, &[]), false), ReadyStep::NoEvidence);
+        }
+        // Ready: the shutdown taint still comes off.
+        assert_eq!(
+            plan_ready(
+                &node(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")]),
+                false
+            ),
+            ReadyStep::RemoveShutdownTaint
+        );
+    }
+
+    #[test]
     fn stage_one() {
+        let plan_ready = |n: &Node| plan_ready(n, true);
         assert_eq!(plan_ready(&node(Some("True"), &[])), ReadyStep::Nothing);
         assert_eq!(
             plan_ready(&node(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")])),

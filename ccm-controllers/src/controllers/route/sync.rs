@@ -95,7 +95,14 @@ impl Reconciler {
         };
         let mut nodes = self.ctx.nodes.list();
         nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let infos: Vec<NodeInfo> = nodes.iter().map(|n| NodeInfo::from_node(n)).collect();
+        let ownership = self.ctx.ownership();
+        let infos: Vec<NodeInfo> = nodes
+            .iter()
+            .map(|n| NodeInfo {
+                managed: ownership.owns(n),
+                ..NodeInfo::from_node(n)
+            })
+            .collect();
         let plan = plan::plan(&infos, &listed, &self.config.cluster_cidrs);
         tracing::debug!(
             routes = listed.len(),
@@ -166,7 +173,12 @@ impl Reconciler {
         let Some(routes) = self.ctx.cloud.routes() else {
             return Outcome::Done;
         };
-        let node = self.ctx.nodes.get(&key.node);
+        // A Node that became foreign meanwhile gets no route (machinery/ownership.rs).
+        let node = self
+            .ctx
+            .nodes
+            .get(&key.node)
+            .filter(|n| self.ctx.ownership().owns(n));
         let info = node.as_deref().map(NodeInfo::from_node);
         let raw_cidr = info
             .as_ref()

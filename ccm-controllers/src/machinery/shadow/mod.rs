@@ -44,6 +44,7 @@ use tokio::time::Instant;
 
 use crate::machinery::informer::Informer;
 use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::ownership::Ownership;
 
 /// The controller name of cloud divergences found by the service controller's calls.
 pub(crate) const SERVICE_CONTROLLER: &str = "service-controller";
@@ -205,6 +206,9 @@ pub(crate) struct Shadow {
     stores: OnceLock<(Informer<Node>, Informer<Service>)>,
     /// The provider does not implement `get_load_balancer_hosts` (logged once).
     hosts_unknown: std::sync::atomic::AtomicBool,
+    /// Which Nodes are ours, once the runtime started the controllers: the report lists the
+    /// foreign ones.
+    ownership: OnceLock<Arc<Ownership>>,
 }
 
 impl std::fmt::Debug for Shadow {
@@ -224,6 +228,7 @@ impl Shadow {
             grace,
             stores: OnceLock::new(),
             hosts_unknown: std::sync::atomic::AtomicBool::new(false),
+            ownership: OnceLock::new(),
         })
     }
 

@@ -13,6 +13,7 @@ use super::fields::{
     FIELD_NODE_DELETED, node_fields, node_pending, node_ready, service_fields, service_pending,
 };
 use crate::machinery::informer::{Change, Informer};
+use crate::machinery::ownership::Ownership;
 
 /// How often pending changes are checked against the grace period.
 const TICK: Duration = Duration::from_secs(1);
@@ -24,8 +25,14 @@ fn is_object_field(field: &str) -> bool {
 
 impl Shadow {
     /// Follows the shared informers until they stop; run it beside them.
-    pub(crate) async fn watch(self: Arc<Self>, nodes: Informer<Node>, services: Informer<Service>) {
+    pub(crate) async fn watch(
+        self: Arc<Self>,
+        nodes: Informer<Node>,
+        services: Informer<Service>,
+        ownership: Arc<Ownership>,
+    ) {
         let _ = self.stores.set((nodes.clone(), services.clone()));
+        let _ = self.ownership.set(ownership);
         let (Some(mut node_changes), Some(mut service_changes)) =
             (nodes.subscribe().await, services.subscribe().await)
         else {
