@@ -389,8 +389,8 @@ async fn serving_metrics_and_vendor_controllers() {
                         Some(()) = rx.recv() => {
                             for _ in 0..calls {
                                 let iv2 = ctx.cloud.instances_v2().unwrap();
-                                iv2.instance_exists(&Node::default()).await.unwrap();
-                                let _ = iv2.instance_shutdown(&Node::default()).await;
+                                iv2.instance_exists(&ccm_core::NodeView::from_node(&Node::default())).await.unwrap();
+                                let _ = iv2.instance_shutdown(&ccm_core::NodeView::from_node(&Node::default())).await;
                             }
                         }
                     }

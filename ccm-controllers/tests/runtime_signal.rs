@@ -57,7 +57,11 @@ async fn sigterm_waits_for_the_in_flight_cloud_call_releases_the_lease_and_exits
                     let call = tokio::spawn(async move {
                         started.fetch_add(1, Ordering::SeqCst);
                         let node = kubelet_node("slow-node").build();
-                        let result = cloud.instances_v2().unwrap().instance_metadata(&node).await;
+                        let result = cloud
+                            .instances_v2()
+                            .unwrap()
+                            .instance_metadata(&ccm_core::NodeView::from_node(&node))
+                            .await;
                         finished.fetch_add(1, Ordering::SeqCst);
                         result
                     });

@@ -9,8 +9,10 @@
 //!
 //! It knows nothing of kube's client, tokio's runtime or the controllers: those live in
 //! `ccm-controllers`, which calls your provider, and `ccm-testing`, which tests it. The
-//! Kubernetes types the traits take are re-exported here ([`Node`], [`Service`], ...; the whole
+//! Kubernetes types the traits take are re-exported here ([`Service`], [`Node`], ...; the whole
 //! crate as [`k8s_openapi`]) so your provider needs no `k8s-openapi` version pick of its own.
+//! Nodes reach a provider as [`NodeView`]s: the framework's compact, shared, read-only view of
+//! a cached Node, with [`NodeView::to_node`] for the rare provider that needs a full `Node`.
 //!
 //! ## The shape of a provider
 //!
@@ -38,7 +40,7 @@
 //! use ccm_core::{
 //!     register_cloud_provider, BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata,
 //!     InstancesV2, LoadBalancer, LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress,
-//!     ProviderId, Service,
+//!     NodeView, ProviderId, Service,
 //! };
 //!
 //! /// The vendor's config, read from `--cloud-config`.
@@ -66,21 +68,17 @@
 //!     }
 //! }
 //!
-//! fn node_name(node: &Node) -> &str {
-//!     node.metadata.name.as_deref().unwrap_or_default()
-//! }
-//!
 //! #[async_trait]
 //! impl InstancesV2 for TinyCloud {
-//!     async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+//!     async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
 //!         // A real provider asks its cloud; stopped machines still exist.
-//!         Ok(!node_name(node).starts_with("gone-"))
+//!         Ok(!node.name().starts_with("gone-"))
 //!     }
-//!     async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+//!     async fn instance_shutdown(&self, _node: &NodeView) -> CloudResult<bool> {
 //!         Ok(false)
 //!     }
-//!     async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
-//!         let id = ProviderId::new("tiny", node_name(node)).map_err(CloudError::other)?;
+//!     async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
+//!         let id = ProviderId::new("tiny", node.name()).map_err(CloudError::other)?;
 //!         Ok(InstanceMetadata {
 //!             provider_id: id.to_string(),
 //!             instance_type: "tiny-1".into(),
@@ -110,13 +108,13 @@
 //!         &self,
 //!         _cluster: &str,
 //!         svc: &Service,
-//!         hosts: &[Arc<Node>],
+//!         hosts: &[NodeView],
 //!     ) -> CloudResult<LoadBalancerStatus> {
 //!         self.update_load_balancer(_cluster, svc, hosts).await?;
 //!         Ok(status())
 //!     }
-//!     async fn update_load_balancer(&self, _cluster: &str, svc: &Service, hosts: &[Arc<Node>]) -> CloudResult<()> {
-//!         let hosts = hosts.iter().map(|n| node_name(n).to_owned()).collect();
+//!     async fn update_load_balancer(&self, _cluster: &str, svc: &Service, hosts: &[NodeView]) -> CloudResult<()> {
+//!         let hosts = hosts.iter().map(|n| n.name().to_owned()).collect();
 //!         let mut lbs = self.balancers.lock().map_err(|e| CloudError::msg(e.to_string()))?;
 //!         lbs.insert(ccm_core::default_load_balancer_name(svc), hosts);
 //!         Ok(())
@@ -151,7 +149,8 @@
 //!     metadata: ccm_core::ObjectMeta { name: Some("worker-1".into()), ..Default::default() },
 //!     ..Default::default()
 //! };
-//! let meta = provider.instances_v2().unwrap().instance_metadata(&node).await.unwrap();
+//! let view = NodeView::from_node(&node);
+//! let meta = provider.instances_v2().unwrap().instance_metadata(&view).await.unwrap();
 //! assert_eq!(meta.provider_id, "tiny://worker-1");
 //! assert_eq!(meta.zone, "tiny-a");
 //! assert!(provider.routes().is_none());
@@ -172,6 +171,7 @@
 
 mod error;
 mod helpers;
+mod node_view;
 mod provider;
 pub mod registry;
 mod types;
@@ -182,6 +182,7 @@ pub use helpers::{
     SourceRangeError, default_load_balancer_name, health_check_path_port, is_allow_all,
     load_balancer_source_ranges, needs_health_check, requests_only_local_traffic,
 };
+pub use node_view::{NodeView, NodeViewCondition};
 pub use provider::{
     CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesBatch, InstancesV2,
     LoadBalancer, LoadBalancerHostsBatch, Routes, Zones,

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::InstanceAnswer;
 use crate::{
     CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerHostsAnswers, LoadBalancerStatus,
-    Node, NodeAddress, Route, Service, Zone,
+    NodeAddress, NodeView, Route, Service, Zone,
 };
 
 /// The result of every provider method.
@@ -215,10 +215,21 @@ pub trait CloudProvider: Send + Sync + 'static {
     }
 }
 
-/// Instance lookups keyed by the Node object (Go's `InstancesV2`).
+/// Instance lookups keyed by the Node (Go's `InstancesV2`).
 ///
-/// Implementations should identify the instance by `spec.providerID` when set and fall back to
-/// the Node's name (or labels/annotations) otherwise.
+/// Implementations should identify the instance by `spec.providerID` when set
+/// ([`NodeView::provider_id`]) and fall back to the Node's name (or labels/annotations)
+/// otherwise.
+///
+/// # Why a [`NodeView`] and not a `Node`
+///
+/// Go passes `*v1.Node`. Here every method takes the framework's cached view of the Node, as
+/// [`InstancesBatch`] does: a provider that offers both identifies an instance with one
+/// function of a `&NodeView`, the framework hands over the Node it caches without rebuilding a
+/// k8s-openapi `Node` for each call (the node-lifecycle monitor asks about every NotReady Node
+/// each period), and the accessors read what a provider needs (`provider_id()`, `name()`,
+/// `label(..)`, `system_uuid()`) without unwrapping `Option`s. A provider with code written for
+/// k8s-openapi's `Node` calls [`NodeView::to_node`] (a copy, some 5 µs per Node).
 #[async_trait]
 pub trait InstancesV2: Send + Sync {
     /// Whether the Node's instance still exists in the cloud.
@@ -232,7 +243,7 @@ pub trait InstancesV2: Send + Sync {
     ///   [`CloudError::InstanceNotFound`] is an error here too, not "gone".
     ///
     /// Called only for Nodes whose `Ready` condition is not `True`.
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool>;
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool>;
 
     /// Whether the Node's instance is shut down (exists but is stopped).
     ///
@@ -240,7 +251,7 @@ pub trait InstancesV2: Send + Sync {
     /// `node.cloudprovider.kubernetes.io/shutdown:NoSchedule` taint; the taint is removed when the
     /// Node is `Ready` again. [`CloudError::NotImplemented`] counts as "not shut down"; other
     /// errors leave the Node alone.
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool>;
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool>;
 
     /// The instance's metadata: provider ID, type, addresses, zone, region, extra labels.
     ///
@@ -249,7 +260,7 @@ pub trait InstancesV2: Send + Sync {
     /// `--node-status-update-frequency` (default 5m) to refresh addresses. Any error keeps the
     /// Node tainted and retries with backoff ([`CloudError::Retry`] sets the delay). The provider
     /// ID must be stable; it may be empty only if the Node already has one.
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata>;
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata>;
 }
 
 /// Batched instance lookups: existence, shutdown state and metadata of many Nodes in one cloud
@@ -310,7 +321,7 @@ pub trait InstancesV2: Send + Sync {
 /// use std::sync::Arc;
 ///
 /// use ccm_core::async_trait;
-/// use ccm_core::{CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, InstancesBatch, Node};
+/// use ccm_core::{CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, InstancesBatch, NodeView};
 ///
 /// /// A cloud whose describe call takes up to 100 IDs.
 /// struct Acme;
@@ -320,13 +331,13 @@ pub trait InstancesV2: Send + Sync {
 ///     fn max_batch_size(&self) -> usize {
 ///         100
 ///     }
-///     async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+///     async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
 ///         // A real provider sends one describe request for all `nodes` here, then maps each
 ///         // instance in the reply back to its Node. Instances the cloud explicitly reports as
 ///         // terminated become `NotFound`; IDs absent from the reply are left out (unknown).
 ///         let mut answers = InstanceAnswers::new();
 ///         for node in nodes {
-///             let name = node.metadata.name.clone().unwrap_or_default();
+///             let name = node.name().to_owned();
 ///             let metadata = InstanceMetadata {
 ///                 provider_id: format!("acme://{name}"),
 ///                 ..Default::default()
@@ -349,8 +360,10 @@ pub trait InstancesBatch: Send + Sync {
     /// See the [trait documentation](InstancesBatch) for the meaning of each answer, the rule
     /// for Nodes missing from the answer (unknown, never gone), and what an error of the whole
     /// call does. `nodes` holds 1 to [`max_batch_size`](InstancesBatch::max_batch_size)
-    /// distinct Nodes: the framework's cached Nodes, shared rather than copied.
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers>;
+    /// distinct Nodes: the framework's cached views of them, shared rather than copied
+    /// ([`NodeView`]: a batch is many Nodes, so no k8s-openapi `Node` is rebuilt for it; call
+    /// [`NodeView::to_node`] on one if you need it).
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers>;
 }
 
 /// Legacy instance lookups keyed by node name or provider ID (Go's v1 `Instances`).
@@ -482,11 +495,14 @@ pub trait LoadBalancer: Send + Sync {
     /// change, and on every relevant Service change. `hosts` are the eligible Nodes (not being
     /// deleted, not excluded by `node.kubernetes.io/exclude-from-external-load-balancers`, not
     /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. They are the framework's
-    /// cached Nodes, shared rather than copied (Go passes `[]*v1.Node` from its informer):
-    /// keep an `Arc` if you need one later. Cached Nodes carry metadata, spec,
-    /// `status.addresses`, `status.nodeInfo` and the `Ready`/`NetworkUnavailable` conditions,
-    /// not the fields no cloud needs (`managedFields`, images, capacity, volumes; see
-    /// `ccm_controllers::strip_node`). Errors: [`CloudError::Retry`]
+    /// cached [`NodeView`]s, shared rather than copied (Go passes `[]*v1.Node` from its
+    /// informer): clone a view (an `Arc`) if you need one later. A host list holds every
+    /// eligible Node, 100,000 in a large cluster, which is why it is views and not k8s-openapi
+    /// `Node`s: the framework's cache holds only the compact views, and rebuilding a `Node` per
+    /// host would cost some 5 KB and 5 µs each, per call. Views carry metadata, spec,
+    /// `status.addresses`, the kept `status.nodeInfo` fields and the `Ready`/`NetworkUnavailable`
+    /// conditions, not the fields no cloud needs (`managedFields`, images, capacity, volumes).
+    /// Errors: [`CloudError::Retry`]
     /// requeues after its delay, [`CloudError::ImplementedElsewhere`] is a success without a
     /// status write, anything else emits `SyncLoadBalancerFailed` and retries with exponential
     /// backoff (5 s to 300 s).
@@ -494,7 +510,7 @@ pub trait LoadBalancer: Send + Sync {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus>;
 
     /// Replaces the load balancer's backend hosts; nothing else changed.
@@ -507,7 +523,7 @@ pub trait LoadBalancer: Send + Sync {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()>;
 
     /// Deletes the Service's load balancer and everything created for it.
@@ -568,7 +584,7 @@ pub trait LoadBalancer: Send + Sync {
 /// use std::sync::Arc;
 ///
 /// use ccm_core::async_trait;
-/// use ccm_core::{CloudResult, LoadBalancerHostsAnswers, LoadBalancerHostsBatch, Node, Service};
+/// use ccm_core::{CloudResult, LoadBalancerHostsAnswers, LoadBalancerHostsBatch, NodeView, Service};
 ///
 /// /// A cloud whose load balancers of one cluster share one backend pool.
 /// struct Acme;
@@ -582,7 +598,7 @@ pub trait LoadBalancer: Send + Sync {
 ///         &self,
 ///         cluster_name: &str,
 ///         services: &[Arc<Service>],
-///         hosts: &[Arc<Node>],
+///         hosts: &[NodeView],
 ///     ) -> CloudResult<LoadBalancerHostsAnswers> {
 ///         // A real provider replaces the members of the cluster's pool (one request) here,
 ///         // then answers for each Service whose load balancer uses that pool.
@@ -612,12 +628,13 @@ pub trait LoadBalancerHostsBatch: Send + Sync {
     /// and what an error of the whole call does. `services` holds 1 to
     /// [`max_batch_size`](LoadBalancerHostsBatch::max_batch_size) distinct Services, each
     /// handled by this controller (as for `update_load_balancer`); `hosts` are the eligible
-    /// Nodes, the framework's cached Nodes shared rather than copied.
+    /// Nodes, the framework's cached [`NodeView`]s shared rather than copied (as for
+    /// [`LoadBalancer::ensure_load_balancer`]).
     async fn update_load_balancer_hosts(
         &self,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers>;
 }
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use ccm_core::{
-    BoxError, CloudProvider, InstanceMetadata, InstancesV2, Node, RegistryError, async_trait,
-    build_provider, is_registered, register_cloud_provider, registered_providers,
+    BoxError, CloudProvider, InstanceMetadata, InstancesV2, Node, NodeView, RegistryError,
+    async_trait, build_provider, is_registered, register_cloud_provider, registered_providers,
 };
 
 struct Alpha;
@@ -33,13 +33,13 @@ impl CloudProvider for Beta {
 
 #[async_trait]
 impl InstancesV2 for Beta {
-    async fn instance_exists(&self, _: &Node) -> ccm_core::CloudResult<bool> {
+    async fn instance_exists(&self, _: &NodeView) -> ccm_core::CloudResult<bool> {
         Ok(true)
     }
-    async fn instance_shutdown(&self, _: &Node) -> ccm_core::CloudResult<bool> {
+    async fn instance_shutdown(&self, _: &NodeView) -> ccm_core::CloudResult<bool> {
         Ok(false)
     }
-    async fn instance_metadata(&self, _: &Node) -> ccm_core::CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _: &NodeView) -> ccm_core::CloudResult<InstanceMetadata> {
         Ok(InstanceMetadata {
             zone: self.zone.clone(),
             ..Default::default()
@@ -93,7 +93,7 @@ async fn builds_each_provider_by_name() {
     let meta = beta
         .instances_v2()
         .unwrap()
-        .instance_metadata(&Node::default())
+        .instance_metadata(&NodeView::from_node(&Node::default()))
         .await
         .unwrap();
     assert_eq!(meta.zone, "beta-1");

@@ -76,7 +76,7 @@ pub async fn run_annotator(ctx: ControllerContext) -> Result<(), ControllerError
                 let Some(instances) = cloud.instances_v2() else {
                     return Outcome::Done;
                 };
-                let metadata = match instances.instance_metadata(&node).await {
+                let metadata = match instances.instance_metadata(&ccm_core::NodeView::from_node(&node)).await {
                     Ok(metadata) => metadata,
                     Err(CloudError::Retry { after, .. }) => return Outcome::RequeueAfter(after),
                     Err(e) => {

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use ccm_core::{
     BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, LoadBalancer,
-    LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, ProviderId, Route, Routes, Service,
-    async_trait,
+    LoadBalancerIngress, LoadBalancerStatus, NodeAddress, NodeView, ProviderId, Route, Routes,
+    Service, async_trait,
 };
 use serde::Deserialize;
 

@@ -17,8 +17,8 @@ fn managed_elsewhere(service: &Service) -> bool {
     annotations.is_some_and(|a| a.contains_key(ANNOTATION_MANAGED_BY))
 }
 
-fn host_names(hosts: &[Arc<Node>]) -> Vec<String> {
-    let mut names: Vec<String> = hosts.iter().filter_map(|n| n.metadata.name.clone()).collect();
+fn host_names(hosts: &[NodeView]) -> Vec<String> {
+    let mut names: Vec<String> = hosts.iter().map(|n| n.name().to_owned()).collect();
     names.sort();
     names
 }
@@ -50,7 +50,7 @@ impl LoadBalancer for AcmeLoadBalancers {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         if managed_elsewhere(service) {
             // Another controller of ours owns it: the CCM keeps its finalizer but writes no
@@ -84,7 +84,7 @@ impl LoadBalancer for AcmeLoadBalancers {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         if managed_elsewhere(service) {
             return Err(CloudError::ImplementedElsewhere);

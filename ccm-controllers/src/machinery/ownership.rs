@@ -23,8 +23,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use ccm_core::Node;
 use ccm_core::well_known::TAINT_UNINITIALIZED;
+use ccm_core::{Node, NodeView};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -105,25 +105,68 @@ pub(crate) fn deletion_evidence(
             .is_some_and(|scheme| schemes.iter().any(|s| s == scheme))
 }
 
-fn node_provider_id(node: &Node) -> Option<&str> {
-    node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
+/// What the ownership decisions read of a Node, in either form the framework holds one: the
+/// k8s-openapi [`Node`] of the informer and the [`NodeView`] providers receive. Both answer
+/// alike (a test checks it), so a controller asks about whichever it has, without converting.
+pub(crate) trait NodeFacts {
+    /// `spec.providerID`, `None` when unset or empty.
+    fn provider_id(&self) -> Option<&str>;
+    /// The value of label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// Whether it carries `node.cloudprovider.kubernetes.io/uninitialized`.
+    fn uninitialized(&self) -> bool;
 }
 
-fn node_label<'a>(node: &'a Node) -> impl Fn(&str) -> Option<&'a str> {
-    move |key| {
-        node.metadata
+impl NodeFacts for Node {
+    fn provider_id(&self) -> Option<&str> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .filter(|p| !p.is_empty())
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata
             .labels
             .as_ref()
             .and_then(|l| l.get(key))
             .map(String::as_str)
     }
+
+    fn uninitialized(&self) -> bool {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED))
+    }
 }
 
-fn node_uninitialized(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == TAINT_UNINITIALIZED))
+impl NodeFacts for NodeView {
+    fn provider_id(&self) -> Option<&str> {
+        Some(NodeView::provider_id(self)).filter(|p| !p.is_empty())
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        NodeView::label(self, key)
+    }
+
+    fn uninitialized(&self) -> bool {
+        self.has_taint(TAINT_UNINITIALIZED)
+    }
+}
+
+impl<N: NodeFacts + ?Sized> NodeFacts for Arc<N> {
+    fn provider_id(&self) -> Option<&str> {
+        (**self).provider_id()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+
+    fn uninitialized(&self) -> bool {
+        (**self).uninitialized()
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -188,28 +231,24 @@ impl Ownership {
     }
 
     /// Whether `node` is foreign, and why (`None`: ours).
-    pub(crate) fn foreign(&self, node: &Node) -> Option<Foreign> {
+    pub(crate) fn foreign(&self, node: &(impl NodeFacts + ?Sized)) -> Option<Foreign> {
         let selector = self.selector.read().unwrap_or_else(|e| e.into_inner());
         foreign_reason(
             &self.schemes,
             selector.as_ref(),
-            node_provider_id(node),
-            node_label(node),
+            node.provider_id(),
+            |key| node.label(key),
         )
     }
 
     /// Whether `node` is ours.
-    pub(crate) fn owns(&self, node: &Node) -> bool {
+    pub(crate) fn owns(&self, node: &(impl NodeFacts + ?Sized)) -> bool {
         self.foreign(node).is_none()
     }
 
     /// Whether `node`, if its instance is gone, may be deleted ([`deletion_evidence`]).
-    pub(crate) fn deletion_evidence(&self, node: &Node) -> bool {
-        deletion_evidence(
-            &self.schemes,
-            node_provider_id(node),
-            node_uninitialized(node),
-        )
+    pub(crate) fn deletion_evidence(&self, node: &(impl NodeFacts + ?Sized)) -> bool {
+        deletion_evidence(&self.schemes, node.provider_id(), node.uninitialized())
     }
 
     /// Classifies one Node for the gauge and the log: an INFO line the first time it is seen
@@ -379,5 +418,77 @@ mod tests {
         assert!(!deletion_evidence(&s, Some(""), true));
         assert!(!deletion_evidence(&s, Some("i-1"), true));
         assert!(!deletion_evidence(&s, Some("gce://p/z/n"), true));
+    }
+
+    /// The decisions read a `Node` and its `NodeView` alike: a controller may ask with either.
+    #[test]
+    fn a_node_and_its_view_are_decided_alike() {
+        use ccm_core::ObjectMeta;
+        use ccm_core::k8s_openapi::api::core::v1::{NodeSpec, Taint};
+
+        let node = |provider_id: Option<&str>, cloud: Option<&str>, uninitialized: bool| Node {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                labels: cloud.map(|c| [("cloud".to_owned(), c.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: provider_id.map(str::to_owned),
+                taints: uninitialized.then(|| {
+                    vec![Taint {
+                        key: TAINT_UNINITIALIZED.into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let ownership = Ownership::new(schemes(), &MetricsRegistry::new());
+        ownership.set_selector(Some("cloud=aws".parse().unwrap()));
+        let mut decided = std::collections::BTreeSet::new();
+        for provider_id in [
+            None,
+            Some(""),
+            Some("aws://i-1"),
+            Some("gce://p/z/n"),
+            Some("i-1"),
+        ] {
+            for cloud in [None, Some("aws"), Some("metal")] {
+                for uninitialized in [false, true] {
+                    let node = node(provider_id, cloud, uninitialized);
+                    let view = NodeView::from_node(&node);
+                    let case = format!("{provider_id:?} {cloud:?} {uninitialized}");
+                    assert_eq!(ownership.foreign(&node), ownership.foreign(&view), "{case}");
+                    assert_eq!(
+                        ownership.deletion_evidence(&node),
+                        ownership.deletion_evidence(&view),
+                        "{case}"
+                    );
+                    assert_eq!(
+                        ownership.foreign(&Arc::new(node.clone())),
+                        ownership.foreign(&node),
+                        "{case}"
+                    );
+                    decided.insert((ownership.foreign(&view), ownership.deletion_evidence(&view)));
+                }
+            }
+        }
+        // The cases reach every answer: ours or foreign for either reason, deletable or not.
+        assert_eq!(
+            decided
+                .iter()
+                .map(|(f, _)| f.clone())
+                .collect::<std::collections::BTreeSet<_>>(),
+            [
+                None,
+                Some(Foreign::OutsideSelector),
+                Some(Foreign::ProviderId("gce".into()))
+            ]
+            .into_iter()
+            .collect()
+        );
+        assert!(decided.iter().any(|(_, d)| *d) && decided.iter().any(|(_, d)| !*d));
     }
 }

@@ -14,7 +14,8 @@ use ccm_controllers::controllers::cloud_node::CloudNodeConfig;
 use ccm_controllers::controllers::node_lifecycle::NodeLifecycleConfig;
 use ccm_core::well_known::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
 use ccm_core::{
-    CloudProvider, CloudResult, InstanceAnswers, InstancesBatch, InstancesV2, Node, async_trait,
+    CloudProvider, CloudResult, InstanceAnswers, InstancesBatch, InstancesV2, Node, NodeView,
+    async_trait,
 };
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::{FakeCloud, Fault};
@@ -66,7 +67,7 @@ impl InstancesBatch for Dropping {
     fn max_batch_size(&self) -> usize {
         self.fake.instances_batch().unwrap().max_batch_size()
     }
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         let mut answers = self
             .fake
             .instances_batch()
@@ -243,7 +244,7 @@ async fn the_periodic_address_refresh_asks_in_batches() {
         let meta = fake
             .instances_v2()
             .unwrap()
-            .instance_metadata(&probe)
+            .instance_metadata(&ccm_core::NodeView::from_node(&probe))
             .await
             .unwrap();
         expected.push(

@@ -14,7 +14,9 @@ use std::time::Duration;
 use ccm_controllers::ControllerError;
 use ccm_controllers::controllers::node_lifecycle::NodeLifecycleConfig;
 use ccm_core::well_known::TAINT_SHUTDOWN;
-use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, async_trait};
+use ccm_core::{
+    CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, NodeView, async_trait,
+};
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
@@ -67,7 +69,7 @@ impl CloudProvider for Probe {
 
 #[async_trait]
 impl InstancesV2 for Probe {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_in_flight.fetch_max(now, Ordering::SeqCst);
         let r = self
@@ -79,14 +81,14 @@ impl InstancesV2 for Probe {
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         r
     }
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         self.fake
             .instances_v2()
             .unwrap()
             .instance_shutdown(node)
             .await
     }
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         self.fake
             .instances_v2()
             .unwrap()

@@ -84,7 +84,7 @@ impl Replica {
                             () = ctx.shutdown.cancelled() => return Ok(()),
                             () = poked.notified() => {
                                 let iv2 = ctx.cloud.instances_v2().expect("FakeCloud has InstancesV2");
-                                let _ = iv2.instance_metadata(&node).await;
+                                let _ = iv2.instance_metadata(&ccm_core::NodeView::from_node(&node)).await;
                             }
                         }
                     }

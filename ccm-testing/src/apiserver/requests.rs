@@ -41,6 +41,11 @@ pub struct RequestRecord {
     /// neither JSON nor YAML is kept as a string. `None` without a body, or when the server
     /// does not record bodies ([`ApiServer::set_record_bodies`]).
     pub body: Option<serde_json::Value>,
+    /// Whether the server handled the request as a dry run: `dryRun=All` where kube-apiserver
+    /// reads it, the query of a create, update or patch, the `DeleteOptions` body of a delete
+    /// or deletecollection (its query only when the body is empty). `false` for reads and for
+    /// a request whose options are invalid.
+    pub dry_run: bool,
     /// The authenticated user name: the user of the request's bearer token (a token issued
     /// by the TokenRequest API authenticates as `system:serviceaccount:<ns>:<name>`), or
     /// `system:admin` for a request without credentials. `None` when authentication failed

@@ -74,7 +74,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::{CloudError, CloudProvider, CloudResult, Node, Service};
+use ccm_core::{CloudError, CloudProvider, CloudResult, Node, NodeView, Service};
 use futures::FutureExt;
 
 /// A probe reporting which backend hosts (node names) the cloud holds for a Service's load
@@ -90,13 +90,13 @@ pub struct ConformanceInput {
     pub cluster_name: String,
     /// Nodes whose instances exist and are running (at least one; two or more let the
     /// concurrency and load-balancer host checks see more). Shared as the framework hands
-    /// hosts to a provider (`&[Arc<Node>]`).
-    pub existing_nodes: Vec<Arc<Node>>,
+    /// hosts to a provider (`&[NodeView]`).
+    pub existing_nodes: Vec<NodeView>,
     /// A Node whose instance does not exist. Give it a `spec.providerID` to also check the
     /// legacy `*_by_provider_id` lookups.
-    pub missing_node: Option<Node>,
+    pub missing_node: Option<NodeView>,
     /// A Node whose instance exists but is shut down (stopped).
-    pub shutdown_node: Option<Node>,
+    pub shutdown_node: Option<NodeView>,
     /// A Service (namespace, name, uid, ports set) of `type: LoadBalancer` the suite may create
     /// a load balancer for. It must not have a load balancer when the suite starts.
     pub service: Option<Service>,
@@ -134,16 +134,16 @@ impl fmt::Debug for ConformanceInput {
                 &self
                     .existing_nodes
                     .iter()
-                    .map(|n| n.metadata.name.clone())
+                    .map(|n| n.name().to_owned())
                     .collect::<Vec<_>>(),
             )
             .field(
                 "missing_node",
-                &self.missing_node.as_ref().map(|n| &n.metadata.name),
+                &self.missing_node.as_ref().map(NodeView::name),
             )
             .field(
                 "shutdown_node",
-                &self.shutdown_node.as_ref().map(|n| &n.metadata.name),
+                &self.shutdown_node.as_ref().map(NodeView::name),
             )
             .field("service", &self.service.as_ref().map(|s| &s.metadata.name))
             .field("route_cidr", &self.route_cidr)
@@ -162,7 +162,7 @@ impl ConformanceInput {
     pub fn new(cluster_name: impl Into<String>, existing_nodes: Vec<Node>) -> Self {
         ConformanceInput {
             cluster_name: cluster_name.into(),
-            existing_nodes: existing_nodes.into_iter().map(Arc::new).collect(),
+            existing_nodes: existing_nodes.into_iter().map(NodeView::from).collect(),
             missing_node: None,
             shutdown_node: None,
             service: None,
@@ -178,13 +178,13 @@ impl ConformanceInput {
 
     /// Sets [`ConformanceInput::missing_node`].
     pub fn missing_node(mut self, node: Node) -> Self {
-        self.missing_node = Some(node);
+        self.missing_node = Some(NodeView::from(node));
         self
     }
 
     /// Sets [`ConformanceInput::shutdown_node`].
     pub fn shutdown_node(mut self, node: Node) -> Self {
-        self.shutdown_node = Some(node);
+        self.shutdown_node = Some(NodeView::from(node));
         self
     }
 

@@ -163,16 +163,17 @@
 //! # Example
 //!
 //! ```
-//! use ccm_core::{CloudProvider, Node, ObjectMeta};
+//! use ccm_core::{CloudProvider, Node, NodeView, ObjectMeta};
 //! use ccm_testing::fake_cloud::{FakeCloud, Fault};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
 //! let cloud = FakeCloud::builder().missing_node("gone-.*").build();
-//! let node = |name: &str| Node {
+//! // Providers receive Nodes as the framework's cached views.
+//! let node = |name: &str| NodeView::from(Node {
 //!     metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
 //!     ..Default::default()
-//! };
+//! });
 //! let instances = cloud.instances_v2().unwrap();
 //! let meta = instances.instance_metadata(&node("worker-1")).await.unwrap();
 //! assert_eq!(meta.provider_id, "fake://worker-1");
@@ -567,14 +568,14 @@ impl FakeCloud {
 mod tests {
     use std::sync::Arc;
 
-    use ccm_core::{Node, Service};
+    use ccm_core::{Node, NodeView, Service};
 
     use super::FakeCloud;
 
-    fn node(name: &str) -> Arc<Node> {
+    fn node(name: &str) -> NodeView {
         let mut node = Node::default();
         node.metadata.name = Some(name.to_owned());
-        Arc::new(node)
+        NodeView::from(node)
     }
 
     fn service(name: &str) -> Service {

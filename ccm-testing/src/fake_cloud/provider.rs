@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
     InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
-    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress,
+    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, NodeAddress, NodeView,
     ProviderId, Route, Routes, Service, Zone, Zones,
 };
 
@@ -14,30 +14,27 @@ use super::{CallArgs, FakeCloud, State, StoredLoadBalancer, StoredRoute};
 
 /// The node name a Node's instance is registered under: from `spec.providerID` when set,
 /// else `metadata.name`.
-fn node_instance_name(st: &State, node: &Node) -> CloudResult<String> {
+fn node_instance_name(st: &State, node: &NodeView) -> CloudResult<String> {
     if let Some(pid) = spec_provider_id(node) {
         return name_from_provider_id(st, pid);
     }
-    match node.metadata.name.as_deref() {
-        Some(name) if !name.is_empty() => Ok(name.to_owned()),
-        _ => Err(CloudError::msg(
+    match node.name() {
+        "" => Err(CloudError::msg(
             "fake cloud: node has neither spec.providerID nor metadata.name",
         )),
+        name => Ok(name.to_owned()),
     }
 }
 
-fn spec_provider_id(node: &Node) -> Option<&str> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|p| !p.is_empty())
+fn spec_provider_id(node: &NodeView) -> Option<&str> {
+    Some(node.provider_id()).filter(|p| !p.is_empty())
 }
 
-fn node_subject(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn node_subject(node: &NodeView) -> String {
+    node.name().to_owned()
 }
 
-fn node_args(node: &Node) -> CallArgs {
+fn node_args(node: &NodeView) -> CallArgs {
     CallArgs::Node {
         name: node_subject(node),
         provider_id: spec_provider_id(node).map(str::to_owned),
@@ -77,10 +74,10 @@ fn service_subject(service: &Service) -> String {
 }
 
 /// The names of `hosts`, sorted, each once, as the shared list of `st`.
-fn host_names(st: &mut State, hosts: &[Arc<Node>]) -> Arc<[String]> {
+fn host_names(st: &mut State, hosts: &[NodeView]) -> Arc<[String]> {
     let mut names: Vec<&str> = hosts
         .iter()
-        .filter_map(|n| n.metadata.name.as_deref())
+        .filter_map(|n| n.name_arc().map(|name| &**name))
         .collect();
     names.sort_unstable();
     names.dedup();
@@ -163,7 +160,7 @@ impl CloudProvider for FakeCloud {
 
 #[async_trait]
 impl InstancesV2 for FakeCloud {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         let args = |_: &mut State| node_args(node);
         self.call("instance_exists", node_subject(node), args, |_, st| {
             let name = node_instance_name(st, node)?;
@@ -173,7 +170,7 @@ impl InstancesV2 for FakeCloud {
         .await
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         let args = |_: &mut State| node_args(node);
         self.call("instance_shutdown", node_subject(node), args, |_, st| {
             let name = node_instance_name(st, node)?;
@@ -183,7 +180,7 @@ impl InstancesV2 for FakeCloud {
         .await
     }
 
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         let args = |_: &mut State| node_args(node);
         self.call("instance_metadata", node_subject(node), args, |cfg, st| {
             let name = node_instance_name(st, node)?;
@@ -199,9 +196,9 @@ impl InstancesBatch for FakeCloud {
         self.inner.config.max_batch_size.max(1)
     }
 
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         let max = InstancesBatch::max_batch_size(self);
-        let args = |_: &mut State| CallArgs::Nodes(nodes.iter().map(|n| node_subject(n)).collect());
+        let args = |_: &mut State| CallArgs::Nodes(nodes.iter().map(node_subject).collect());
         let subject = format!("{} nodes", nodes.len());
         self.call("describe_instances", subject, args, |cfg, st| {
             if nodes.len() > max {
@@ -384,7 +381,7 @@ fn zone(meta: InstanceMetadata) -> Zone {
 fn lb_args(
     cluster_name: &str,
     service: &Service,
-    hosts: Option<&[Arc<Node>]>,
+    hosts: Option<&[NodeView]>,
 ) -> impl FnOnce(&mut State) -> CallArgs {
     move |st| CallArgs::LoadBalancer {
         cluster_name: cluster_name.to_owned(),
@@ -443,7 +440,7 @@ impl LoadBalancer for FakeCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         let args = lb_args(cluster_name, service, Some(hosts));
         self.call(
@@ -483,7 +480,7 @@ impl LoadBalancer for FakeCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         let args = lb_args(cluster_name, service, Some(hosts));
         self.call(
@@ -694,7 +691,7 @@ impl LoadBalancerHostsBatch for FakeCloud {
         &self,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         let max = LoadBalancerHostsBatch::max_batch_size(self);
         let args = |st: &mut State| CallArgs::LoadBalancers {

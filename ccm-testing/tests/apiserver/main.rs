@@ -9,6 +9,7 @@ mod faults;
 mod fidelity;
 mod list_watch;
 mod objects;
+mod options;
 mod patches;
 mod protocol;
 mod reviews;

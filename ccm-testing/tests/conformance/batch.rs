@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ccm_core::{
     CloudProvider, CloudResult, InstanceAnswer, InstanceAnswers, InstancesBatch, InstancesV2, Node,
-    ObjectMeta, async_trait,
+    NodeView, ObjectMeta, async_trait,
 };
 use ccm_testing::conformance::{Check, CheckResult, ConformanceInput, Suite};
 use ccm_testing::fake_cloud::FakeCloud;
@@ -85,7 +85,7 @@ impl InstancesBatch for Broken {
             _ => 100,
         }
     }
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         let batch = self.cloud.instances_batch().unwrap();
         let mut answers = batch.describe_instances(nodes).await?;
         match self.breakage {
@@ -97,10 +97,7 @@ impl InstancesBatch for Broken {
             Breakage::ByPosition => {
                 // Sorted replies zipped with the request order: right only when the request
                 // happens to be sorted.
-                let names: Vec<String> = nodes
-                    .iter()
-                    .map(|n| n.metadata.name.clone().unwrap())
-                    .collect();
+                let names: Vec<String> = nodes.iter().map(|n| n.name().to_owned()).collect();
                 answers = names.into_iter().zip(answers.into_values()).collect();
             }
             Breakage::LeavesOut => {

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
-    LoadBalancerStatus, Node, NodeAddress, Route, Routes, Service, Zone, Zones, async_trait,
+    LoadBalancerStatus, NodeAddress, NodeView, Route, Routes, Service, Zone, Zones, async_trait,
 };
 use ccm_testing::fake_cloud::FakeCloud;
 
@@ -64,7 +64,7 @@ pub(crate) struct Broken {
     metadata_calls: Mutex<BTreeMap<String, usize>>,
     ever_ensured: Mutex<bool>,
     pending: Mutex<BTreeSet<String>>,
-    current: Mutex<Option<Node>>,
+    current: Mutex<Option<NodeView>>,
     by_hint: Mutex<BTreeMap<String, Route>>,
 }
 
@@ -94,8 +94,8 @@ impl Broken {
     }
 }
 
-fn name(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn name(node: &NodeView) -> String {
+    node.name().to_owned()
 }
 
 #[async_trait]
@@ -138,7 +138,7 @@ impl CloudProvider for Broken {
 
 #[async_trait]
 impl InstancesV2 for Broken {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         let exists = InstancesV2::instance_exists(&self.inner, node).await?;
         if self.is(Flaw::ExistsErrorsForUnknown) && !exists {
             return Err(CloudError::InstanceNotFound);
@@ -151,12 +151,12 @@ impl InstancesV2 for Broken {
         Ok(exists)
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         let shutdown = InstancesV2::instance_shutdown(&self.inner, node).await?;
         Ok(shutdown && !self.is(Flaw::ShutdownNeverReported))
     }
 
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         if self.is(Flaw::RacyMetadata) {
             *self.current.lock().unwrap() = Some(node.clone());
             tokio::task::yield_now().await;
@@ -250,7 +250,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         if self.is(Flaw::CancelLeaksLoadBalancer) {
             // Allocates a cloud resource, then awaits: dropped here, the resource leaks.
@@ -275,7 +275,7 @@ impl LoadBalancer for Broken {
         &self,
         cluster: &str,
         svc: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         if self.is(Flaw::UpdateIgnoresHosts) {
             return Ok(());

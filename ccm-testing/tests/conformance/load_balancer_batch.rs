@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ccm_core::{
     CloudProvider, CloudResult, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerHostsBatch,
-    Node, Service, async_trait,
+    NodeView, Service, async_trait,
 };
 use ccm_testing::conformance::{Check, CheckResult, Suite};
 use ccm_testing::fake_cloud::FakeCloud;
@@ -57,7 +57,7 @@ impl LoadBalancerHostsBatch for Broken {
         &self,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         match self.breakage {
             Breakage::ChangesNothing => Ok(services

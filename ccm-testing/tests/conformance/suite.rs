@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::{
-    CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, async_trait,
+    CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, NodeView, async_trait,
 };
 use ccm_testing::conformance::{Check, ConformanceInput, Outcome, SkipKind, Suite};
 
@@ -279,13 +279,13 @@ impl CloudProvider for Panicking {
 
 #[async_trait]
 impl InstancesV2 for Panicking {
-    async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, _node: &NodeView) -> CloudResult<bool> {
         panic!("boom in instance_exists")
     }
-    async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, _node: &NodeView) -> CloudResult<bool> {
         Ok(false)
     }
-    async fn instance_metadata(&self, _node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _node: &NodeView) -> CloudResult<InstanceMetadata> {
         Err(CloudError::NotImplemented)
     }
 }

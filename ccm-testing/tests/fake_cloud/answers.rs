@@ -2,12 +2,11 @@
 //! arguments, the quota, the batch capability and the state file.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
 use ccm_core::{
-    CloudError, CloudProvider, InstanceAnswer, Node, NodeAddress, ObjectMeta, Route, Service,
+    CloudError, CloudProvider, InstanceAnswer, NodeAddress, NodeView, ObjectMeta, Route, Service,
 };
 use ccm_testing::fake_cloud::{
     CallArgs, FakeCloud, FakeCloudConfig, FakeCloudConfigError, FakeCloudState, NodeAnswer,
@@ -377,7 +376,7 @@ quota:
     let cloud =
         FakeCloud::try_new(ccm_core::parse_cloud_config::<FakeCloudConfig>(yaml).unwrap()).unwrap();
     let batch = cloud.instances_batch().unwrap();
-    let nodes: Vec<Arc<Node>> = (0..100).map(|i| host(&format!("n{i}"))).collect();
+    let nodes: Vec<NodeView> = (0..100).map(|i| host(&format!("n{i}"))).collect();
     // One call for 100 Nodes costs one token.
     assert_eq!(batch.describe_instances(&nodes).await.unwrap().len(), 100);
     let err = batch.describe_instances(&nodes[..1]).await.unwrap_err();
@@ -408,7 +407,7 @@ async fn batch_answers_agree_with_the_single_calls() {
         )
         .build();
     let names = ["n1", "off-1", "gone-1", "broken"];
-    let nodes: Vec<Arc<Node>> = names.iter().map(|n| host(n)).collect();
+    let nodes: Vec<NodeView> = names.iter().map(|n| host(n)).collect();
     let answers = cloud
         .instances_batch()
         .unwrap()

@@ -1,12 +1,10 @@
 //! Helpers the FakeCloud tests share: Nodes, load-balancer hosts and Services as the
 //! framework passes them.
 
-use std::sync::Arc;
-
 use ccm_core::k8s_openapi::api::core::v1::{NodeSpec, ServicePort, ServiceSpec};
-use ccm_core::{Node, NodeAddress, ObjectMeta, Route, Service};
+use ccm_core::{Node, NodeAddress, NodeView, ObjectMeta, Route, Service};
 
-pub(crate) fn node(name: &str) -> Node {
+fn plain_node(name: &str) -> Node {
     Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -16,19 +14,24 @@ pub(crate) fn node(name: &str) -> Node {
     }
 }
 
-pub(crate) fn node_with_provider_id(name: &str, provider_id: &str) -> Node {
-    Node {
+/// A Node as the framework passes it to a provider (its cached view).
+pub(crate) fn node(name: &str) -> NodeView {
+    NodeView::from(plain_node(name))
+}
+
+pub(crate) fn node_with_provider_id(name: &str, provider_id: &str) -> NodeView {
+    NodeView::from(Node {
         spec: Some(NodeSpec {
             provider_id: Some(provider_id.into()),
             ..Default::default()
         }),
-        ..node(name)
-    }
+        ..plain_node(name)
+    })
 }
 
 /// A load-balancer host, as the framework passes it (shared from its Node cache).
-pub(crate) fn host(name: &str) -> Arc<Node> {
-    Arc::new(node(name))
+pub(crate) fn host(name: &str) -> NodeView {
+    node(name)
 }
 
 pub(crate) fn service(namespace: &str, name: &str, uid: &str) -> Service {

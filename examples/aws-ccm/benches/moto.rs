@@ -152,7 +152,7 @@ impl InstancesBatch for BatchSizes {
     }
     async fn describe_instances(
         &self,
-        nodes: &[Arc<ccm_core::Node>],
+        nodes: &[ccm_core::NodeView],
     ) -> CloudResult<InstanceAnswers> {
         self.sizes.lock().unwrap().push(nodes.len());
         tokio::time::sleep(self.latency).await;

@@ -7,12 +7,11 @@
 //! counts as shut down too; `pending` and `running` are running.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName};
 use ccm_core::{
     CloudError, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, InstancesBatch,
-    InstancesV2, Node, NodeAddress, async_trait,
+    InstancesV2, NodeAddress, NodeView, async_trait,
 };
 
 use crate::AwsCloud;
@@ -43,23 +42,20 @@ enum Key<'a> {
     DnsName(&'a str),
 }
 
-fn key(node: &Node) -> CloudResult<Key<'_>> {
-    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-    match provider_id {
-        Some(id) if !id.is_empty() => {
-            instance_id_from_provider_id(id)
-                .map(Key::Id)
-                .ok_or_else(|| {
-                    CloudError::msg(format!(
-                        "provider ID {id:?} is not an AWS instance ID (aws:///<zone>/i-...)"
-                    ))
-                })
-        }
-        _ => match node.metadata.name.as_deref() {
-            Some(name) if !name.is_empty() => Ok(Key::DnsName(name)),
-            _ => Err(CloudError::msg(
+fn key(node: &NodeView) -> CloudResult<Key<'_>> {
+    match node.provider_id() {
+        id if !id.is_empty() => instance_id_from_provider_id(id)
+            .map(Key::Id)
+            .ok_or_else(|| {
+                CloudError::msg(format!(
+                    "provider ID {id:?} is not an AWS instance ID (aws:///<zone>/i-...)"
+                ))
+            }),
+        _ => match node.name() {
+            "" => Err(CloudError::msg(
                 "the Node has neither a provider ID nor a name",
             )),
+            name => Ok(Key::DnsName(name)),
         },
     }
 }
@@ -95,7 +91,7 @@ fn pick(instances: Vec<Instance>) -> Option<Instance> {
 impl AwsCloud {
     /// The instance of `node`; `None` when AWS says it does not exist (an unknown ID, or no
     /// instance with the Node's name as private DNS name).
-    async fn find_instance(&self, node: &Node) -> CloudResult<Option<Instance>> {
+    async fn find_instance(&self, node: &NodeView) -> CloudResult<Option<Instance>> {
         match key(node)? {
             Key::Id(id) => {
                 let reply = self
@@ -203,7 +199,7 @@ fn flatten(reservations: &[aws_sdk_ec2::types::Reservation]) -> Vec<Instance> {
 
 #[async_trait]
 impl InstancesV2 for AwsCloud {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         self.count("instance_exists");
         Ok(self
             .find_instance(node)
@@ -211,7 +207,7 @@ impl InstancesV2 for AwsCloud {
             .is_some_and(|i| state(&i) != State::Gone))
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         self.count("instance_shutdown");
         Ok(self
             .find_instance(node)
@@ -219,7 +215,7 @@ impl InstancesV2 for AwsCloud {
             .is_some_and(|i| state(&i) == State::Shutdown))
     }
 
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         self.count("instance_metadata");
         match self.find_instance(node).await? {
             Some(instance) if state(&instance) != State::Gone => Ok(self.metadata(&instance)),
@@ -242,13 +238,13 @@ impl InstancesBatch for AwsCloud {
         MAX_BATCH
     }
 
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         self.count("describe_instances");
         let mut by_id: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut by_dns: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut answers = InstanceAnswers::new();
         for node in nodes {
-            let name = node.metadata.name.clone().unwrap_or_default();
+            let name = node.name().to_owned();
             match key(node) {
                 Ok(Key::Id(id)) => by_id.entry(id.to_owned()).or_default().push(name),
                 Ok(Key::DnsName(dns)) => by_dns.entry(dns.to_owned()).or_default().push(name),

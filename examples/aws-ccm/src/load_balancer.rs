@@ -18,7 +18,7 @@ use aws_sdk_elasticloadbalancingv2::types::{
 };
 use ccm_core::{
     CloudError, CloudResult, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerHostsBatch,
-    LoadBalancerIngress, LoadBalancerStatus, Node, Service, async_trait,
+    LoadBalancerIngress, LoadBalancerStatus, NodeView, Service, async_trait,
     default_load_balancer_name,
 };
 use futures::StreamExt;
@@ -127,11 +127,10 @@ fn port_specs(service: &Service) -> CloudResult<Vec<PortSpec>> {
 }
 
 /// The instance IDs of the hosts (Nodes without an AWS provider ID are skipped).
-fn host_instances(hosts: &[Arc<Node>]) -> BTreeSet<String> {
+fn host_instances(hosts: &[NodeView]) -> BTreeSet<String> {
     hosts
         .iter()
-        .filter_map(|n| n.spec.as_ref()?.provider_id.as_deref())
-        .filter_map(instance_id_from_provider_id)
+        .filter_map(|n| instance_id_from_provider_id(n.provider_id()))
         .map(str::to_owned)
         .collect()
 }
@@ -196,7 +195,7 @@ impl AwsCloud {
         &self,
         owner: &Owner,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         let specs = port_specs(service)?;
         let lb = match self.find_load_balancer(&owner.lb_name).await? {
@@ -435,7 +434,7 @@ impl LoadBalancer for AwsCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         self.count("ensure_load_balancer");
         let owner = Owner::new(cluster_name, service);
@@ -448,7 +447,7 @@ impl LoadBalancer for AwsCloud {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         self.count("update_load_balancer");
         let owner = Owner::new(cluster_name, service);
@@ -494,7 +493,7 @@ impl LoadBalancerHostsBatch for AwsCloud {
         &self,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         self.count("update_load_balancer_hosts");
         let instances = host_instances(hosts);

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use aws_ccm::errors::{SERVER_ERROR_DELAY, THROTTLE_DELAY};
 use aws_ccm::{AwsCloud, AwsConfig};
 use aws_credential_types::Credentials;
-use ccm_core::{InstancesV2, LoadBalancer, Node};
+use ccm_core::{InstancesV2, LoadBalancer, Node, NodeView};
 use ccm_testing::builders::load_balancer_service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -74,14 +74,14 @@ fn cloud(url: &str) -> AwsCloud {
     )
 }
 
-fn node() -> Node {
+fn node() -> NodeView {
     let mut node = Node::default();
     node.metadata.name = Some("ip-10-0-0-1.ec2.internal".into());
     node.spec = Some(ccm_core::k8s_openapi::api::core::v1::NodeSpec {
         provider_id: Some("aws:///us-east-1a/i-0123456789abcdef0".into()),
         ..Default::default()
     });
-    node
+    NodeView::from(node)
 }
 
 const EC2_THROTTLED: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>RequestLimitExceeded</Code><Message>Request limit exceeded.</Message></Error></Errors><RequestID>r-1</RequestID></Response>";

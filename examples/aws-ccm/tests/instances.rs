@@ -4,10 +4,8 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use aws_ccm::AwsCloud;
-use ccm_core::{CloudError, InstanceAnswer, InstancesBatch, InstancesV2, Node};
+use ccm_core::{CloudError, InstanceAnswer, InstancesBatch, InstancesV2, Node, NodeView};
 use support::world::{World, credentials, node_named, node_with_id, provider_id};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -19,7 +17,7 @@ async fn single_lookups_by_provider_id_and_by_name() {
     world.terminate(terminated.instance_id().unwrap()).await;
     let cloud = &world.cloud;
 
-    for node in [node_with_id(running), node_named(running)] {
+    for node in [node_with_id(running), node_named(running)].map(NodeView::from) {
         let metadata = cloud.instance_metadata(&node).await.unwrap();
         assert_eq!(metadata.provider_id, provider_id(running));
         assert_eq!(
@@ -30,14 +28,14 @@ async fn single_lookups_by_provider_id_and_by_name() {
         assert!(cloud.instance_exists(&node).await.unwrap());
         assert!(!cloud.instance_shutdown(&node).await.unwrap());
     }
-    for node in [node_with_id(stopped), node_named(stopped)] {
+    for node in [node_with_id(stopped), node_named(stopped)].map(NodeView::from) {
         assert!(
             cloud.instance_exists(&node).await.unwrap(),
             "a stopped instance exists"
         );
         assert!(cloud.instance_shutdown(&node).await.unwrap());
     }
-    for node in [node_with_id(terminated), node_named(terminated)] {
+    for node in [node_with_id(terminated), node_named(terminated)].map(NodeView::from) {
         assert!(
             !cloud.instance_exists(&node).await.unwrap(),
             "a terminated instance is gone"
@@ -52,12 +50,20 @@ async fn single_lookups_by_provider_id_and_by_name() {
     unknown.spec.as_mut().unwrap().provider_id =
         Some("aws:///us-east-1a/i-0000000000000dead".into());
     assert!(
-        !cloud.instance_exists(&unknown).await.unwrap(),
+        !cloud
+            .instance_exists(&NodeView::from(unknown))
+            .await
+            .unwrap(),
         "InvalidInstanceID.NotFound is gone"
     );
     let mut nameless = Node::default();
     nameless.metadata.name = Some("ip-192-0-2-1.ec2.internal".into());
-    assert!(!cloud.instance_exists(&nameless).await.unwrap());
+    assert!(
+        !cloud
+            .instance_exists(&NodeView::from(nameless))
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,18 +79,18 @@ async fn one_batch_answers_many_nodes_across_pages() {
     // Pages of 5: the 12 instances by ID take three pages, one provider call.
     let cloud = AwsCloud::new(world.config.clone(), Some(credentials())).with_page_size(5);
 
-    let mut nodes: Vec<Arc<Node>> = instances[..9]
+    let mut nodes: Vec<NodeView> = instances[..9]
         .iter()
-        .map(|i| Arc::new(node_with_id(i)))
+        .map(|i| NodeView::from(node_with_id(i)))
         .collect();
-    nodes.push(Arc::new(node_named(&instances[9]))); // by name
-    nodes.push(Arc::new(node_with_id(&instances[10])));
-    nodes.push(Arc::new(node_with_id(&instances[11])));
+    nodes.push(NodeView::from(node_named(&instances[9]))); // by name
+    nodes.push(NodeView::from(node_with_id(&instances[10])));
+    nodes.push(NodeView::from(node_with_id(&instances[11])));
     let mut unknown = node_with_id(&instances[0]);
     unknown.metadata.name = Some("unknown".into());
     unknown.spec.as_mut().unwrap().provider_id =
         Some("aws:///us-east-1a/i-0000000000000dead".into());
-    nodes.push(Arc::new(unknown));
+    nodes.push(NodeView::from(unknown));
 
     let before = cloud.requests();
     let answers = cloud.describe_instances(&nodes).await.unwrap();

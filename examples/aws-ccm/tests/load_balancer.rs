@@ -6,9 +6,7 @@
 
 mod support;
 
-use std::sync::Arc;
-
-use ccm_core::{LoadBalancer, default_load_balancer_name};
+use ccm_core::{LoadBalancer, NodeView, default_load_balancer_name};
 use ccm_testing::builders::load_balancer_service;
 use support::world::{World, node_with_id};
 
@@ -16,7 +14,7 @@ use support::world::{World, node_with_id};
 async fn lingering_target_groups_keep_the_load_balancer_reported_until_deleted() {
     let world = World::new("half-deleted").await;
     let instances = world.launch(1).await;
-    let hosts = vec![Arc::new(node_with_id(&instances[0]))];
+    let hosts = vec![NodeView::from(node_with_id(&instances[0]))];
     let mut service = load_balancer_service("default", "web").build();
     service.metadata.uid = Some("1d2c3b4a-0000-4000-8000-00000000b001".into());
     for (i, port) in service

@@ -77,7 +77,7 @@ pub(crate) async fn fetch_metadata(
 ) -> Result<Fetched, FetchError> {
     if let Some(v2) = cloud.instances_v2() {
         let meta = v2
-            .instance_metadata(node)
+            .instance_metadata(&ccm_core::NodeView::from_node(node))
             .await
             .map_err(FetchError::metadata)?;
         return Ok(Fetched {
@@ -166,7 +166,10 @@ pub(crate) async fn fetch_addresses(
     node: &Node,
 ) -> Result<Vec<NodeAddress>, CloudError> {
     if let Some(v2) = cloud.instances_v2() {
-        return Ok(v2.instance_metadata(node).await?.node_addresses);
+        return Ok(v2
+            .instance_metadata(&ccm_core::NodeView::from_node(node))
+            .await?
+            .node_addresses);
     }
     let Some(instances) = cloud.instances() else {
         return Err(CloudError::msg(

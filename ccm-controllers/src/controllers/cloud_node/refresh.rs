@@ -5,7 +5,9 @@
 //! can take longer than `--node-status-update-frequency`. The next pass then starts when the
 //! last one ended: the period stretches, and initialisation is never starved. What the refresh
 //! achieved is the gauge `node_controller_address_refresh_period_seconds` (the time from one
-//! pass's start to the next's).
+//! pass's start to the next's); the configured period is the gauge
+//! `node_controller_address_refresh_configured_period_seconds`, so that an alert compares the
+//! two.
 //!
 //! A pass is watched while it runs, not only when it ends: at 100,000 Nodes under a 20 calls/s
 //! quota without the batch a pass takes 5,000 s, and an operator told only at its end would
@@ -53,6 +55,15 @@ impl RefreshPeriod {
             achieved.clone(),
         );
         achieved.set(configured.as_secs_f64());
+        // The period the achieved one is compared with (an alert rule divides one by the
+        // other), as a gauge: a rule cannot read the flag.
+        let target = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "node_controller_address_refresh_configured_period_seconds",
+            "The period the periodic address refresh is configured to achieve: --node-status-update-frequency",
+            target.clone(),
+        );
+        target.set(configured.as_secs_f64());
         RefreshPeriod {
             configured,
             achieved,
@@ -166,6 +177,17 @@ mod tests {
         assert_eq!(refresh.achieved.get(), 700.0);
         assert!(!refresh.pass_done(Duration::from_secs(10), 100_000, false));
         assert_eq!(refresh.achieved.get(), 300.0);
+        // Both periods are exposed: the achieved one and the configured one it is held to.
+        let text = registry.encode().unwrap();
+        for line in [
+            "node_controller_address_refresh_period_seconds 300.0",
+            "node_controller_address_refresh_configured_period_seconds 300.0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{line} missing in:\n{text}"
+            );
+        }
     }
 
     /// 100,000 Nodes at 20 calls/s: the pass would take 5,000 s. Within the period nothing

@@ -14,7 +14,9 @@ pub(super) async fn instance_exists(
     node: &Node,
 ) -> Result<bool, CloudError> {
     if let Some(v2) = cloud.instances_v2() {
-        return v2.instance_exists(node).await;
+        return v2
+            .instance_exists(&ccm_core::NodeView::from_node(node))
+            .await;
     }
     let Some(instances) = cloud.instances() else {
         return Err(CloudError::msg(
@@ -39,7 +41,8 @@ pub(super) async fn instance_shutdown(
     node: &Node,
 ) -> Result<bool, CloudError> {
     let result = if let Some(v2) = cloud.instances_v2() {
-        v2.instance_shutdown(node).await
+        v2.instance_shutdown(&ccm_core::NodeView::from_node(node))
+            .await
     } else if let Some(instances) = cloud.instances() {
         let mut id = node_provider_id(node).to_owned();
         if id.is_empty() {

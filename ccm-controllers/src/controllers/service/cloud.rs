@@ -4,11 +4,10 @@
 //! honoured with exactly the provider's delay, anything else is reported and retried with the
 //! work queue's backoff.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ccm_core::{CloudError, LoadBalancer};
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use ccm_core::{CloudError, LoadBalancer, NodeView};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 
 /// A load-balancer call that did not succeed, by what the caller does next.
 pub(super) enum CallError {
@@ -46,7 +45,7 @@ pub(super) async fn ensure(
     lb: &dyn LoadBalancer,
     cluster: &str,
     service: &Service,
-    hosts: &[Arc<Node>],
+    hosts: &[NodeView],
 ) -> Result<LoadBalancerStatus, CallError> {
     Ok(lb.ensure_load_balancer(cluster, service, hosts).await?)
 }
@@ -56,7 +55,7 @@ pub(super) async fn update(
     lb: &dyn LoadBalancer,
     cluster: &str,
     service: &Service,
-    hosts: &[Arc<Node>],
+    hosts: &[NodeView],
 ) -> Result<(), CallError> {
     Ok(lb.update_load_balancer(cluster, service, hosts).await?)
 }

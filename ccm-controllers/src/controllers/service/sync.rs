@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccm_core::LoadBalancer;
-use k8s_openapi::api::core::v1::{LoadBalancerStatus, Node, Service};
+use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
 use kube::ResourceExt;
 use kube::api::Api;
 use tokio::sync::mpsc;
@@ -398,7 +398,7 @@ impl Reconciler {
             }
         };
         let host_set = self.eligible_hosts();
-        let hosts: &[Arc<Node>] = &host_set.nodes;
+        let hosts: &[ccm_core::NodeView] = &host_set.nodes;
         if hosts.is_empty() {
             self.recorder.warning(
                 &*service,

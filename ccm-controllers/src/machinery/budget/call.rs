@@ -39,6 +39,8 @@ pub(crate) struct Budget {
     timeout: Option<Duration>,
     requests: Family<CallLabels, Counter>,
     durations: Family<OperationLabel, Histogram>,
+    /// The wait before a call is sent: lanes, token bucket, pacer.
+    waits: Family<OperationLabel, Histogram>,
     pub(super) in_flight: watch::Sender<usize>,
     /// The AIMD pacer of every operation called so far.
     adaptive: Mutex<HashMap<&'static str, AimdRate>>,
@@ -72,6 +74,16 @@ impl Budget {
             "Duration of cloud provider calls by operation, without the wait for a rate-limit token",
             durations.clone(),
         );
+        let waits = Family::<OperationLabel, Histogram>::new_with_constructor(|| {
+            // 1 ms … 262 s: a call that did not wait is in the first bucket.
+            Histogram::new(exponential_buckets(0.001, 4.0, 10))
+        });
+        // client-go's `rest_client_rate_limiter_duration_seconds`, for cloud calls.
+        metrics.register(
+            "cloud_provider_rate_limiter_duration_seconds",
+            "How long cloud provider calls waited for the cloud-call budget (priority lanes, --cloud-api-qps token bucket, the AIMD pacer) before they were sent, by operation",
+            waits.clone(),
+        );
         let adaptive_qps = Family::<OperationLabel, Gauge<f64, AtomicU64>>::default();
         metrics.register(
             "cloud_provider_rate_limit_qps",
@@ -85,6 +97,7 @@ impl Budget {
             timeout: config.timeout,
             requests,
             durations,
+            waits,
             in_flight: watch::channel(0).0,
             adaptive: Mutex::new(HashMap::new()),
             adaptive_qps,
@@ -154,6 +167,7 @@ impl Budget {
     {
         self.in_flight.send_modify(|n| *n += 1);
         let _guard = InFlight(&self.in_flight);
+        let queued = Instant::now();
         let round = self
             .lanes
             .admit(super::lanes::current(), async {
@@ -164,6 +178,9 @@ impl Budget {
             })
             .await;
         let start = Instant::now();
+        self.waits
+            .get_or_create(&OperationLabel { operation })
+            .observe(start.duration_since(queued).as_secs_f64());
         let result = match self.timeout {
             Some(timeout) => match tokio::time::timeout(timeout, call).await {
                 Ok(result) => result,

@@ -108,7 +108,7 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node};
+    use ccm_core::{CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, NodeView};
 
     use super::{Lane, in_lane};
     use crate::machinery::budget::{BudgetConfig, BudgetedProvider};
@@ -129,21 +129,15 @@ mod tests {
 
     #[async_trait]
     impl InstancesV2 for Recording {
-        async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(node.metadata.name.clone().unwrap_or_default());
+        async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
+            self.0.lock().unwrap().push(node.name().to_owned());
             Ok(true)
         }
-        async fn instance_shutdown(&self, _: &Node) -> CloudResult<bool> {
+        async fn instance_shutdown(&self, _: &NodeView) -> CloudResult<bool> {
             Ok(false)
         }
-        async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(node.metadata.name.clone().unwrap_or_default());
+        async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
+            self.0.lock().unwrap().push(node.name().to_owned());
             Ok(InstanceMetadata::default())
         }
     }
@@ -175,8 +169,14 @@ mod tests {
             tasks.spawn(in_lane(lane, async move {
                 let v2 = budgeted.instances_v2().unwrap();
                 match lane {
-                    Lane::Lifecycle => v2.instance_exists(&node(&name)).await.map(|_| ()),
-                    _ => v2.instance_metadata(&node(&name)).await.map(|_| ()),
+                    Lane::Lifecycle => v2
+                        .instance_exists(&ccm_core::NodeView::from_node(&node(&name)))
+                        .await
+                        .map(|_| ()),
+                    _ => v2
+                        .instance_metadata(&ccm_core::NodeView::from_node(&node(&name)))
+                        .await
+                        .map(|_| ()),
                 }
                 .unwrap();
             }));
@@ -229,9 +229,11 @@ mod tests {
             tokio::spawn(in_lane(Lane::Refresh, async move {
                 let v2 = budgeted.instances_v2().unwrap();
                 for i in 0..3 {
-                    v2.instance_metadata(&node(&format!("refresh-{i}")))
-                        .await
-                        .unwrap();
+                    v2.instance_metadata(&ccm_core::NodeView::from_node(&node(&format!(
+                        "refresh-{i}"
+                    ))))
+                    .await
+                    .unwrap();
                 }
             }))
         };
@@ -243,9 +245,11 @@ mod tests {
                     let budgeted = budgeted.clone();
                     tasks.spawn(async move {
                         let v2 = budgeted.instances_v2().unwrap();
-                        v2.instance_metadata(&node(&format!("init-{i:02}")))
-                            .await
-                            .unwrap();
+                        v2.instance_metadata(&ccm_core::NodeView::from_node(&node(&format!(
+                            "init-{i:02}"
+                        ))))
+                        .await
+                        .unwrap();
                     });
                 }
                 tasks.join_all().await;

@@ -15,7 +15,9 @@
 //! 3. metrics: `cloud_provider_requests_total{operation,result}` and
 //!    `cloud_provider_request_duration_seconds{operation}` (provider time, without the wait for
 //!    a token), where `operation` is the snake_case trait method name and `result` is `success`
-//!    or [`CloudError::kind`].
+//!    or [`CloudError::kind`]; `cloud_provider_rate_limiter_duration_seconds{operation}`, the
+//!    wait in steps 0 and 1 and the pacer (client-go's `rest_client_rate_limiter_duration_seconds`
+//!    for cloud calls): calls that keep waiting mean the budget is saturated.
 //!
 //! `CloudError::Retry` is handled consistently: the budget never retries by itself (a retry
 //! inside the budget would hold a worker and a token); the error reaches the controller, which

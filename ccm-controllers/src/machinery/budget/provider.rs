@@ -8,8 +8,8 @@ use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, Clusters, InitContext, InstanceAnswer, InstanceAnswers,
     InstanceMetadata, Instances, InstancesBatch, InstancesV2, LoadBalancer,
-    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, Node, NodeAddress, Route,
-    Routes, Service, Zone, Zones,
+    LoadBalancerHostsAnswers, LoadBalancerHostsBatch, LoadBalancerStatus, NodeAddress, NodeView,
+    Route, Routes, Service, Zone, Zones,
 };
 
 use super::call::Budget;
@@ -204,13 +204,13 @@ macro_rules! budgeted {
 
 #[async_trait]
 impl InstancesV2 for Cap {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         budgeted!(self, instances_v2, instance_exists(node))
     }
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         budgeted!(self, instances_v2, instance_shutdown(node))
     }
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         budgeted!(self, instances_v2, instance_metadata(node))
     }
 }
@@ -310,7 +310,7 @@ impl LoadBalancer for Cap {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         if let Some(shadow) = &self.shadow {
             return shadow
@@ -327,7 +327,7 @@ impl LoadBalancer for Cap {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         if let Some(shadow) = &self.shadow {
             return shadow
@@ -402,7 +402,7 @@ impl InstancesBatch for Cap {
             .instances_batch()
             .map_or(1, |b| b.max_batch_size().max(1))
     }
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         let mut answers = budgeted!(self, instances_batch, describe_instances(nodes))?;
         // A per-Node Retry is raised to the same floor as a Retry of a whole call.
         for answer in answers.values_mut() {
@@ -428,7 +428,7 @@ impl LoadBalancerHostsBatch for Cap {
         &self,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         if let Some(shadow) = &self.shadow {
             return shadow

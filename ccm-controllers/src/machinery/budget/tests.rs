@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata,
     InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerHostsBatch,
-    LoadBalancerStatus, Node, Service,
+    LoadBalancerStatus, Node, NodeView, Service,
 };
 use tokio::time::Instant;
 
@@ -75,13 +75,13 @@ impl CloudProvider for QuotaProvider {
 
 #[async_trait]
 impl InstancesV2 for QuotaProvider {
-    async fn instance_exists(&self, _: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, _: &NodeView) -> CloudResult<bool> {
         self.0.take().map(|()| true)
     }
-    async fn instance_shutdown(&self, _: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, _: &NodeView) -> CloudResult<bool> {
         self.0.take().map(|()| false)
     }
-    async fn instance_metadata(&self, _: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _: &NodeView) -> CloudResult<InstanceMetadata> {
         self.0.take().map(|()| InstanceMetadata::default())
     }
 }
@@ -114,7 +114,10 @@ async fn the_budget_converges_below_a_quota() {
                 tasks.spawn(async move {
                     let v2 = budgeted.instances_v2().unwrap();
                     while Instant::now() < deadline {
-                        match v2.instance_metadata(&node).await {
+                        match v2
+                            .instance_metadata(&ccm_core::NodeView::from_node(&node))
+                            .await
+                        {
                             Err(CloudError::Retry { after, .. }) => tokio::time::sleep(after).await,
                             Ok(_) => {}
                             Err(e) => panic!("{e}"),
@@ -162,7 +165,7 @@ struct Batching {
     max: usize,
     delay: Duration,
     calls: AtomicUsize,
-    answer: fn(&[Arc<Node>]) -> CloudResult<InstanceAnswers>,
+    answer: fn(&[NodeView]) -> CloudResult<InstanceAnswers>,
 }
 
 #[async_trait]
@@ -180,13 +183,13 @@ impl CloudProvider for Batching {
 
 #[async_trait]
 impl InstancesV2 for Batching {
-    async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, _node: &NodeView) -> CloudResult<bool> {
         Ok(true)
     }
-    async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, _node: &NodeView) -> CloudResult<bool> {
         Ok(false)
     }
-    async fn instance_metadata(&self, _node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _node: &NodeView) -> CloudResult<InstanceMetadata> {
         Ok(InstanceMetadata::default())
     }
 }
@@ -196,24 +199,24 @@ impl InstancesBatch for Batching {
     fn max_batch_size(&self) -> usize {
         self.max
     }
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
         (self.answer)(nodes)
     }
 }
 
-fn node(name: &str) -> Arc<Node> {
+fn node(name: &str) -> NodeView {
     let mut node = Node::default();
     node.metadata.name = Some(name.to_owned());
-    Arc::new(node)
+    NodeView::from(node)
 }
 
-fn all_found(nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+fn all_found(nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
     Ok(nodes
         .iter()
         .map(|n| {
-            let name = n.metadata.name.clone().unwrap_or_default();
+            let name = n.name().to_owned();
             let meta = InstanceMetadata {
                 provider_id: format!("batching://{name}"),
                 ..Default::default()
@@ -226,7 +229,7 @@ fn all_found(nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
 fn batching(
     max: usize,
     delay: Duration,
-    answer: fn(&[Arc<Node>]) -> CloudResult<InstanceAnswers>,
+    answer: fn(&[NodeView]) -> CloudResult<InstanceAnswers>,
 ) -> Arc<Batching> {
     Arc::new(Batching {
         max,
@@ -275,7 +278,7 @@ async fn one_token_per_call_and_metrics() {
         &metrics,
     );
     let batch = budgeted.instances_batch().unwrap();
-    let nodes: Vec<Arc<Node>> = (0..100).map(|i| node(&format!("n{i}"))).collect();
+    let nodes: Vec<NodeView> = (0..100).map(|i| node(&format!("n{i}"))).collect();
     let start = Instant::now();
     let first = batch.describe_instances(&nodes).await.unwrap();
     assert_eq!(first.len(), 100);
@@ -298,6 +301,48 @@ async fn one_token_per_call_and_metrics() {
     assert!(text.contains(
         "cloud_provider_request_duration_seconds_count{operation=\"describe_instances\"} 2"
     ));
+}
+
+/// The wait for a token is measured per operation: the first call of a 1 qps, burst-1 budget
+/// goes at once, the second waits one second (the saturation signal the alert rules read).
+#[tokio::test(start_paused = true)]
+async fn the_wait_for_the_budget_is_measured() {
+    let metrics = MetricsRegistry::new();
+    let budgeted = BudgetedProvider::new(
+        batching(10, Duration::ZERO, all_found),
+        &BudgetConfig {
+            rate_limit: Some((1.0, 1)),
+            ..Default::default()
+        },
+        &metrics,
+    );
+    let batch = budgeted.instances_batch().unwrap();
+    let nodes: Vec<NodeView> = (0..3).map(|i| node(&format!("n{i}"))).collect();
+    batch.describe_instances(&nodes).await.unwrap();
+    batch.describe_instances(&nodes).await.unwrap();
+    let text = metrics.encode().unwrap();
+    let wait = "cloud_provider_rate_limiter_duration_seconds";
+    let op = "operation=\"describe_instances\"";
+    for (series, count) in [
+        (format!("{wait}_count{{{op}}}"), 2),
+        // The first went at once (under 1 ms), the second waited a whole token.
+        (format!("{wait}_bucket{{le=\"0.001\",{op}}}"), 1),
+        (format!("{wait}_bucket{{le=\"0.256\",{op}}}"), 1),
+        (format!("{wait}_bucket{{le=\"1.024\",{op}}}"), 2),
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{series} ")))
+            .unwrap_or_else(|| panic!("{series} missing in:\n{text}"));
+        assert_eq!(line, format!("{series} {count}"), "{text}");
+    }
+    let sum: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{wait}_sum{{{op}}} ")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((0.99..1.01).contains(&sum), "waited {sum} s in all");
 }
 
 /// The per-call timeout applies; a Retry of the whole call, and of one Node, is raised to
@@ -397,7 +442,7 @@ impl LoadBalancer for LbBatching {
         &self,
         _cluster_name: &str,
         _service: &Service,
-        _hosts: &[Arc<Node>],
+        _hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         Ok(LoadBalancerStatus::default())
     }
@@ -405,7 +450,7 @@ impl LoadBalancer for LbBatching {
         &self,
         _cluster_name: &str,
         _service: &Service,
-        _hosts: &[Arc<Node>],
+        _hosts: &[NodeView],
     ) -> CloudResult<()> {
         Ok(())
     }
@@ -427,7 +472,7 @@ impl LoadBalancerHostsBatch for LbBatching {
         &self,
         _cluster_name: &str,
         services: &[Arc<Service>],
-        _hosts: &[Arc<Node>],
+        _hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         Ok(services
             .iter()

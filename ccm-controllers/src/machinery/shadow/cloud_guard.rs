@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use ccm_core::{
-    CloudError, CloudResult, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerStatus, Node,
+    CloudError, CloudResult, LoadBalancer, LoadBalancerHostsAnswers, LoadBalancerStatus, NodeView,
     Route, Service,
 };
 use serde_json::{Value, json};
@@ -31,10 +31,10 @@ pub(crate) const FIELD_LOAD_BALANCER: &str = "loadBalancer";
 /// The field of a load balancer's backend hosts.
 pub(crate) const FIELD_HOSTS: &str = "loadBalancer.hosts";
 
-fn names(hosts: &[Arc<Node>]) -> BTreeSet<String> {
+fn names(hosts: &[NodeView]) -> BTreeSet<String> {
     hosts
         .iter()
-        .filter_map(|n| n.metadata.name.clone())
+        .filter_map(|n| n.name_arc().map(|name| name.to_string()))
         .collect()
 }
 
@@ -64,7 +64,7 @@ impl Shadow {
         lb: &dyn LoadBalancer,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         self.count_refused("ensure_load_balancer");
         let object = service_object(service);
@@ -94,7 +94,7 @@ impl Shadow {
         lb: &dyn LoadBalancer,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         self.count_refused("update_load_balancer");
         self.compare_hosts(lb, cluster_name, service, hosts).await
@@ -106,7 +106,7 @@ impl Shadow {
         lb: &dyn LoadBalancer,
         cluster_name: &str,
         services: &[Arc<Service>],
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
         self.count_refused("update_load_balancer_hosts");
         let mut answers = LoadBalancerHostsAnswers::new();
@@ -144,7 +144,7 @@ impl Shadow {
         lb: &dyn LoadBalancer,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         let current = match lb.get_load_balancer_hosts(cluster_name, service).await {
             Ok(Some(current)) => current.into_iter().collect::<BTreeSet<String>>(),

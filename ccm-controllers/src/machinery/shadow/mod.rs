@@ -2,10 +2,12 @@
 //! cloud-controller-manager a cluster already has, changing nothing and reporting every
 //! difference. It is a mode of the I/O edges, never a second copy of the controllers:
 //!
-//! - the **write guard** (`write_guard.rs`), a tower layer on every Kubernetes client of the
-//!   process, sends each write (`POST`, `PUT`, `PATCH`, `DELETE`) with `dryRun=All`, so
-//!   validation and admission still run and nothing persists, and answers an Event write itself
-//!   without sending it;
+//! - the **write guard** (`write_guard.rs`, the forms in `dry_run.rs`), a tower layer on
+//!   every Kubernetes client of the process, sends each write (`POST`, `PUT`, `PATCH`,
+//!   `DELETE`) as a dry run, with `dryRun: All` where kube-apiserver reads that write's options
+//!   (the query of a create, update or patch; the `DeleteOptions` body of a delete, and the
+//!   query too), so validation and admission still run and nothing persists; it answers an
+//!   Event write itself without sending it, and never sends a write it cannot make a dry run;
 //! - the **cloud guard** (`cloud_guard.rs`), inside the cloud-call budget, never sends a
 //!   mutating provider call (`ensure_load_balancer`, `update_load_balancer`, the hosts batch,
 //!   `ensure_load_balancer_deleted`, `create_route`, `delete_route`): it answers from read-only
@@ -23,6 +25,7 @@
 //! secure port (`report.rs`) and in the one-shot report.
 
 mod cloud_guard;
+mod dry_run;
 pub(crate) mod fields;
 mod recorder;
 pub(crate) mod report;
@@ -173,7 +176,7 @@ impl ShadowMetrics {
         );
         metrics.register(
             "shadow_dry_run_writes",
-            "API writes sent with dryRun=All (or, for Events, not sent), by resource, verb and result",
+            "API writes of the shadow by resource, verb and result: dry_run (sent as a dry run), rejected (the dry run was refused), forbidden (a dry-run delete the identity may not make, reported as a divergence), not_sent (Events), refused (not sent: it could not be made a dry run)",
             m.writes.clone(),
         );
         metrics.register(
@@ -209,6 +212,8 @@ pub(crate) struct Shadow {
     /// Which Nodes are ours, once the runtime started the controllers: the report lists the
     /// foreign ones.
     ownership: OnceLock<Arc<Ownership>>,
+    /// A dry-run delete was forbidden (logged once).
+    delete_forbidden: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Shadow {
@@ -229,6 +234,7 @@ impl Shadow {
             stores: OnceLock::new(),
             hosts_unknown: std::sync::atomic::AtomicBool::new(false),
             ownership: OnceLock::new(),
+            delete_forbidden: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -277,6 +283,21 @@ impl Shadow {
                 result,
             })
             .inc();
+    }
+
+    /// Logs, once per process, that the API server forbade a dry-run delete (the shadow's
+    /// identity may not delete: the recommended shadow RBAC); each one is still a divergence.
+    fn note_forbidden_delete(&self, controller: &str, resource: &str) {
+        if !self
+            .delete_forbidden
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::info!(
+                controller,
+                resource,
+                "shadow: the API server forbade a dry-run delete (this identity may not delete, as the recommended shadow RBAC has it); each planned deletion is reported as a divergence and counted in shadow_dry_run_writes_total{{result=\"forbidden\"}}"
+            );
+        }
     }
 
     /// Counts one mutating cloud call the guard did not send.

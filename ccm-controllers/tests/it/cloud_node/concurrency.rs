@@ -146,7 +146,7 @@ async fn a_node_recreated_during_its_cloud_call_is_initialized_from_its_own_answ
     let probe = Probe::holding(fake.clone(), &old_uid, |node, meta| {
         meta.instance_type = format!(
             "type-{}",
-            label(node, GENERATION_LABEL).unwrap_or("unlabelled")
+            node.label(GENERATION_LABEL).unwrap_or("unlabelled")
         );
     });
     let running = t

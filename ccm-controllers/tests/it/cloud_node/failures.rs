@@ -305,3 +305,74 @@ async fn a_kubelet_status_write_during_initialization_costs_no_round_trip() {
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }
+
+/// A Node the cloud never answers for stays tainted: the gauges read from the Node store at
+/// each scrape count it and show its age (what the alert "Nodes uninitialised for too long"
+/// reads); once the cloud answers it is initialised and no longer counted. Other tests' Nodes
+/// may be in the cluster too: the count is compared with the tainted Nodes the API lists.
+#[tokio::test]
+async fn uninitialised_nodes_are_counted_with_the_oldest_ones_age() {
+    use crate::support::service::metric_value;
+    let t = Test::start().await;
+    let fake = FakeCloud::default();
+    fake.inject(
+        "instance_metadata",
+        Fault::FailWithProbability { p: 1.0, seed: 1 },
+    );
+    let name = t.name("stuck");
+    let created = t.create(&t.registered_node(&name).build()).await;
+    let created_at = created.metadata.creation_timestamp.clone().unwrap().0;
+    let running = t
+        .run_cloud_node(fake.provider(), quiet_cloud_node_config())
+        .await;
+    let tainted_in_api = || async {
+        let list = t.nodes.list(&Default::default()).await.unwrap();
+        list.items
+            .iter()
+            .filter(|n| has_taint(n, TAINT_UNINITIALIZED))
+            .count() as f64
+    };
+    assert!(
+        eventually(TIMEOUT, || async {
+            fake.call_count("instance_metadata") >= 2
+                && metric_value(&running.metrics(), "node_controller_uninitialized_nodes")
+                    == tainted_in_api().await
+        })
+        .await,
+        "{}",
+        running.metrics()
+    );
+    // Ours is over 2 s old (a gauge stuck at 0 would fail below).
+    while jiff::Timestamp::now()
+        .duration_since(created_at)
+        .as_secs_f64()
+        < 2.0
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let text = running.metrics();
+    assert!(metric_value(&text, "node_controller_uninitialized_nodes") >= 1.0);
+    // The oldest is at least as old as ours (ours is among them).
+    let ours = jiff::Timestamp::now()
+        .duration_since(created_at)
+        .as_secs_f64();
+    let oldest = metric_value(
+        &text,
+        "node_controller_oldest_uninitialized_node_age_seconds",
+    );
+    assert!(oldest >= ours - 0.5, "oldest {oldest} s, ours {ours} s");
+
+    fake.clear_faults();
+    t.wait_initialized(&name).await;
+    assert!(
+        eventually(TIMEOUT, || async {
+            metric_value(&running.metrics(), "node_controller_uninitialized_nodes")
+                == tainted_in_api().await
+        })
+        .await,
+        "{}",
+        running.metrics()
+    );
+    running.stop().await.unwrap();
+    t.cluster.cleanup().await;
+}

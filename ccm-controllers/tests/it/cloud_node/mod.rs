@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ccm_core::{
-    CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, Node, Zones, async_trait,
+    CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, NodeView, Zones,
+    async_trait,
 };
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::FakeCloud;
@@ -32,7 +33,7 @@ async fn fake_addresses(fake: &FakeCloud, name: &str) -> Vec<(String, String)> {
     let meta = fake
         .instances_v2()
         .unwrap()
-        .instance_metadata(&node)
+        .instance_metadata(&ccm_core::NodeView::from_node(&node))
         .await
         .unwrap();
     fake.reset_calls();
@@ -51,7 +52,7 @@ fn fake_internal_ip(addrs: &[(String, String)]) -> String {
 }
 
 /// What a [`Probe`] does to FakeCloud's `instance_metadata` answer for a Node.
-type Tweak = Box<dyn Fn(&Node, &mut InstanceMetadata) + Send + Sync>;
+type Tweak = Box<dyn Fn(&NodeView, &mut InstanceMetadata) + Send + Sync>;
 
 /// A provider wrapping FakeCloud whose `InstancesV2` answers can be edited, which counts how
 /// many `instance_metadata` calls run at once, and which can hold a Node's first call.
@@ -80,7 +81,7 @@ impl Probe {
     fn holding(
         fake: FakeCloud,
         uid: &str,
-        tweak: impl Fn(&Node, &mut InstanceMetadata) + Send + Sync + 'static,
+        tweak: impl Fn(&NodeView, &mut InstanceMetadata) + Send + Sync + 'static,
     ) -> Arc<Probe> {
         let hold = Hold {
             uid: uid.to_string(),
@@ -126,23 +127,23 @@ impl CloudProvider for Probe {
 
 #[async_trait]
 impl InstancesV2 for Probe {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         self.fake
             .instances_v2()
             .unwrap()
             .instance_exists(node)
             .await
     }
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         self.fake
             .instances_v2()
             .unwrap()
             .instance_shutdown(node)
             .await
     }
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         if let Some(hold) = &self.hold
-            && node.metadata.uid.as_deref() == Some(hold.uid.as_str())
+            && node.uid() == Some(hold.uid.as_str())
             && !hold.taken.swap(true, Ordering::SeqCst)
         {
             hold.entered.notify_one();

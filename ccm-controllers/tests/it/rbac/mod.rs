@@ -51,7 +51,7 @@ const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 /// `system:auth-delegator` lets a component delegate authentication and authorisation;
 /// `extension-apiserver-authentication-reader` lets it read the client CA the API server
 /// publishes in `kube-system`.
-const BUILTIN_ROLES: &str = r#"
+pub(crate) const BUILTIN_ROLES: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:

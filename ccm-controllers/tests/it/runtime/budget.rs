@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_controllers::{BudgetConfig, BudgetedProvider, MetricsRegistry};
 use ccm_core::{
-    CloudError, CloudProvider, CloudResult, LoadBalancer, LoadBalancerStatus, Node, Service,
+    CloudError, CloudProvider, CloudResult, LoadBalancer, LoadBalancerStatus, NodeView, Service,
 };
 use tokio::time::Instant;
 
@@ -40,11 +40,11 @@ impl LoadBalancer for Recorder {
         &self,
         _: &str,
         _: &Service,
-        _: &[Arc<Node>],
+        _: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         Ok(LoadBalancerStatus::default())
     }
-    async fn update_load_balancer(&self, _: &str, _: &Service, _: &[Arc<Node>]) -> CloudResult<()> {
+    async fn update_load_balancer(&self, _: &str, _: &Service, _: &[NodeView]) -> CloudResult<()> {
         self.calls.lock().unwrap().push(Instant::now());
         tokio::time::sleep(self.latency).await;
         (self.answer)()

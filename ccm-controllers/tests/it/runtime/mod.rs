@@ -87,7 +87,11 @@ async fn shutdown_waits_for_slow_cloud_calls_then_exits_0() {
                     let cloud = ctx.cloud.clone();
                     tokio::spawn(async move {
                         let node = Node::default();
-                        cloud.instances_v2().unwrap().instance_metadata(&node).await
+                        cloud
+                            .instances_v2()
+                            .unwrap()
+                            .instance_metadata(&ccm_core::NodeView::from_node(&node))
+                            .await
                     });
                 }
                 let cloud = ctx.cloud.clone();
@@ -95,7 +99,7 @@ async fn shutdown_waits_for_slow_cloud_calls_then_exits_0() {
                     cloud
                         .instances_v2()
                         .unwrap()
-                        .instance_exists(&Node::default())
+                        .instance_exists(&ccm_core::NodeView::from_node(&Node::default()))
                         .await
                 });
                 while probe.started.load(Ordering::SeqCst) < 6 {

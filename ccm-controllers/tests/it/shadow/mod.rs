@@ -1,6 +1,7 @@
 //! Shadow mode (`--shadow`, `--shadow-report`): a whole runtime started beside a cluster the
 //! normal controllers reconciled with FakeCloud, over real HTTP. It must write nothing
-//! (the request log shows only reads and `dryRun=All` writes, FakeCloud no mutating call),
+//! (the request log shows only reads and writes the server handled as dry runs, with
+//! `dryRun: All` where kube-apiserver reads it, FakeCloud no mutating call),
 //! find exactly the differences the test makes in its cloud, report them on
 //! `/shadow/divergences`, in the one-shot report and its exit codes (0, 3, 1), and never take
 //! the Lease; its route controller sends no route call (`routes.rs`).
@@ -12,10 +13,11 @@
 //! log is checked on the in-process API server only.
 
 mod lease;
+mod rbac;
 mod routes;
 
+use ccm_core::NodeView;
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_controllers::Builder;
@@ -149,6 +151,21 @@ impl Reconciled {
         r
     }
 
+    /// Node `i` NotReady and its instance gone from the cloud: the lifecycle controller's
+    /// deletion case. Returns its name.
+    async fn instance_gone(&self, i: usize) -> String {
+        let gone = self.nodes[i].clone();
+        ccm_testing::harness::set_node_ready(&self.cluster.client(), &gone, false).await;
+        self.cloud.set_node(
+            &gone,
+            NodeAnswer {
+                exists: Some(false),
+                ..NodeAnswer::default()
+            },
+        );
+        gone
+    }
+
     fn service_key(&self) -> String {
         format!("{}/{}", self.ns, self.service)
     }
@@ -206,8 +223,12 @@ fn log_mark(cluster: &TestCluster) -> usize {
 }
 
 /// On the in-process API server: every request of the runtime since `mark` is a read
-/// (`get`, `list`, `watch`) or a `dryRun=All` write, and no Event was sent. Returns the
-/// number of dry-run writes seen.
+/// (`get`, `list`, `watch`) or a write the server handled as a dry run, with `dryRun: All`
+/// where kube-apiserver reads it (the query of a create, update or patch, the `DeleteOptions`
+/// body of a delete: [`RequestRecord::dry_run`]), and no Event was sent. Returns the number of
+/// dry-run writes seen.
+///
+/// [`RequestRecord::dry_run`]: ccm_testing::apiserver::RequestRecord::dry_run
 fn assert_nothing_persisted(cluster: &TestCluster, mark: usize) -> usize {
     let Some(server) = cluster.api_server() else {
         return 0;
@@ -229,11 +250,9 @@ fn assert_nothing_persisted(cluster: &TestCluster, mark: usize) -> usize {
             continue;
         }
         assert!(
-            r.query.split('&').any(|p| p == "dryRun=All"),
-            "a persisting write: {} {} ?{}",
-            r.method,
-            r.path,
-            r.query
+            r.dry_run,
+            "a write the server did not handle as a dry run: {} {} ?{} body {:?}",
+            r.method, r.path, r.query, r.body
         );
         dry_runs += 1;
     }
@@ -352,6 +371,16 @@ impl ShadowRun {
         }
     }
 
+    /// Waits for the would-delete divergence of Node `node` of `r`; returns it.
+    async fn would_delete(&self, r: &Reconciled, node: &str) -> Value {
+        self.wait_for("the would-delete divergence", |report| {
+            r.own(report)
+                .into_iter()
+                .find(|d| d["object"] == node && d["field"] == "(node deleted)")
+        })
+        .await
+    }
+
     async fn metrics(&self) -> String {
         http_get(self.addr, "/metrics").await.1
     }
@@ -466,10 +495,10 @@ async fn load_balancer_hosts_that_differ_are_one_divergence_of_that_service() {
     let r = Reconciled::start(3).await;
     // The incumbent's load balancer lacks one Node (set directly in the cloud).
     let svc = r.services().get(&r.service).await.unwrap();
-    let all: Vec<Arc<Node>> = {
+    let all: Vec<NodeView> = {
         let mut v = Vec::new();
         for n in &r.nodes {
-            v.push(Arc::new(r.node_api().get(n).await.unwrap()));
+            v.push(NodeView::from(r.node_api().get(n).await.unwrap()));
         }
         v
     };
@@ -530,24 +559,10 @@ async fn load_balancer_hosts_that_differ_are_one_divergence_of_that_service() {
 #[tokio::test]
 async fn a_gone_instance_is_a_would_delete_divergence_and_the_node_stays() {
     let r = Reconciled::start(2).await;
-    let gone = r.nodes[0].clone();
-    ccm_testing::harness::set_node_ready(&r.cluster.client(), &gone, false).await;
-    r.cloud.set_node(
-        &gone,
-        NodeAnswer {
-            exists: Some(false),
-            ..NodeAnswer::default()
-        },
-    );
+    let gone = r.instance_gone(0).await;
     let mark = r.log_mark();
     let shadow = ShadowRun::start(&r.cluster, &r.cloud, &[]);
-    let d = shadow
-        .wait_for("the would-delete divergence", |report| {
-            r.own(report)
-                .into_iter()
-                .find(|d| d["object"] == gone.as_str() && d["field"] == "(node deleted)")
-        })
-        .await;
+    let d = shadow.would_delete(&r, &gone).await;
     assert_eq!(d["kind"], "Node");
     assert_eq!(d["incumbent"], "exists");
     assert_eq!(d["ours"], "deleted");

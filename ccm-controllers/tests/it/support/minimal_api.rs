@@ -13,7 +13,7 @@ use axum::extract::{Query, Request};
 use axum::routing::get;
 use ccm_controllers::Builder;
 use ccm_core::{
-    CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, Node, Route, Routes,
+    CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, NodeView, Route, Routes,
 };
 
 /// User agents the fake API server saw.
@@ -120,15 +120,15 @@ impl TestCloud {
 
 #[async_trait]
 impl InstancesV2 for TestCloud {
-    async fn instance_exists(&self, _: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, _: &NodeView) -> CloudResult<bool> {
         self.work().await;
         Ok(true)
     }
-    async fn instance_shutdown(&self, _: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, _: &NodeView) -> CloudResult<bool> {
         self.work().await;
         Err(CloudError::NotImplemented)
     }
-    async fn instance_metadata(&self, _: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _: &NodeView) -> CloudResult<InstanceMetadata> {
         self.work().await;
         Ok(InstanceMetadata::default())
     }

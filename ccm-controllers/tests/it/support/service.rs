@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ccm_controllers::controllers::service::{self, ServiceConfig};
 use ccm_controllers::{Backoff, InformerScope};
-use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, async_trait};
+use ccm_core::{CloudError, CloudProvider, CloudResult, LoadBalancer, NodeView, async_trait};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::kubelet_node;
 use ccm_testing::fake_cloud::{FakeCloud, LoadBalancerState};
@@ -225,7 +225,7 @@ impl LoadBalancer for ProbeProvider {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         let p = &self.0;
         let _g = p.enter("ensure_load_balancer", service).await;
@@ -245,7 +245,7 @@ impl LoadBalancer for ProbeProvider {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         let p = &self.0;
         let _g = p.enter("update_load_balancer", service).await;

@@ -5,6 +5,7 @@
 
 mod auth;
 mod discovery;
+mod options;
 mod responses;
 mod watch;
 
@@ -153,6 +154,7 @@ pub(crate) async fn handle(
         } else {
             None
         },
+        dry_run: options::handled_as_dry_run(method.as_str(), &body, &query),
         user: None,
         groups: Vec::new(),
     };
@@ -354,7 +356,12 @@ async fn serve(
             .find(|(qk, _)| qk == k)
             .map(|(_, v)| v.as_str())
     };
-    let dry_run = param("dryRun") == Some("All");
+    // Create, update and patch read their options from the query; a delete reads them from
+    // its body when it has one (`options.rs`).
+    let dry_run = match options::query_options_kind(method.as_str()) {
+        Some(kind) => options::query_dry_run(kind, query)?,
+        None => false,
+    };
     let user_agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
@@ -496,16 +503,10 @@ async fn serve(
             ))
         }
         ("DELETE", Some(name)) => {
-            let opts = if body.is_empty() {
-                Value::Null
-            } else {
-                parse_body(body, false)?
-            };
-            let dry_run = dry_run
-                || opts
-                    .get("dryRun")
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| a.iter().any(|v| v == "All"));
+            let options::DeleteOptions {
+                value: opts,
+                dry_run,
+            } = options::delete_options(body, query)?;
             let (obj, gone) = inner.state().delete(info, ns, name, &opts, dry_run)?;
             if gone && !info.return_deleted_object {
                 let mut details = json!({
@@ -531,7 +532,11 @@ async fn serve(
         }
         ("DELETE", None) => {
             let opts = list_options(info, query)?;
-            let list = inner.state().delete_collection(info, ns, &opts, dry_run)?;
+            let delete = options::delete_options(body, query)?;
+            let list =
+                inner
+                    .state()
+                    .delete_collection(info, ns, &opts, &delete.value, delete.dry_run)?;
             Ok(json_response(200, &list))
         }
         _ => Err(ApiError::new(

@@ -100,12 +100,14 @@ impl State {
         Ok((into_presented(info, gone), true))
     }
 
-    /// DELETE on a collection: deletes every matching object.
+    /// DELETE on a collection: deletes every matching object, each with `options` (the
+    /// request's `DeleteOptions`).
     pub(crate) fn delete_collection(
         &mut self,
         info: &ResourceInfo,
         ns: Option<&str>,
         opts: &ListOptions,
+        options: &Value,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
         let items = self.matching(info, ns, opts);
@@ -113,7 +115,7 @@ impl State {
         for item in items {
             // The request's namespace: the object's own for a namespaced resource.
             let n = info.namespaced.then(|| item.namespace().to_string());
-            let (obj, _) = self.delete(info, n.as_deref(), item.name(), &Value::Null, dry_run)?;
+            let (obj, _) = self.delete(info, n.as_deref(), item.name(), options, dry_run)?;
             out.push(obj);
         }
         Ok(json!({

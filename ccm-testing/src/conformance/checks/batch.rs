@@ -4,9 +4,8 @@
 //! A child module of `checks` (declared there), so it shares the suite's call helpers.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use ccm_core::{InstanceAnswer, InstanceAnswers, InstancesBatch, InstancesV2, Node};
+use ccm_core::{InstanceAnswer, InstanceAnswers, InstancesBatch, InstancesV2, NodeView};
 
 use super::{Ctx, Step, Stop, describe, fail, metadata_diff, name_of, not_offered};
 
@@ -32,11 +31,11 @@ impl<'a> Ctx<'a> {
     }
 
     /// Every Node the input names: the running ones, the missing one, the shut-down one.
-    fn all_nodes(&self) -> Result<Vec<Arc<Node>>, Stop> {
+    fn all_nodes(&self) -> Result<Vec<NodeView>, Stop> {
         let input = self.input();
         let mut nodes = self.nodes()?.to_vec();
-        nodes.extend(input.missing_node.iter().cloned().map(Arc::new));
-        nodes.extend(input.shutdown_node.iter().cloned().map(Arc::new));
+        nodes.extend(input.missing_node.iter().cloned());
+        nodes.extend(input.shutdown_node.iter().cloned());
         Ok(nodes)
     }
 
@@ -44,7 +43,7 @@ impl<'a> Ctx<'a> {
     async fn describe(
         &self,
         batch: &dyn InstancesBatch,
-        nodes: &[Arc<Node>],
+        nodes: &[NodeView],
     ) -> Result<InstanceAnswers, Stop> {
         let expected = format!("describe_instances of {} nodes to succeed", nodes.len());
         self.call_ok("describe_instances", expected, || {
@@ -57,7 +56,7 @@ impl<'a> Ctx<'a> {
     async fn describe_all(
         &self,
         batch: &dyn InstancesBatch,
-        nodes: &[Arc<Node>],
+        nodes: &[NodeView],
     ) -> Result<InstanceAnswers, Stop> {
         let mut all = InstanceAnswers::new();
         for chunk in nodes.chunks(batch.max_batch_size().max(1)) {
@@ -68,7 +67,7 @@ impl<'a> Ctx<'a> {
 
     /// `instance_exists` and `instance_shutdown` of one Node (`NotImplemented` = not shut
     /// down), or `None` when a single call fails (the Node is then not compared).
-    async fn single(&self, v2: &dyn InstancesV2, node: &Node) -> Option<Single> {
+    async fn single(&self, v2: &dyn InstancesV2, node: &NodeView) -> Option<Single> {
         let exists = self
             .call("instance_exists", || v2.instance_exists(node))
             .await
@@ -146,7 +145,7 @@ pub(super) async fn agrees_with_single_calls(ctx: &mut Ctx<'_>) -> Step {
     }
     // The input says what each Node is: a batch must never call a running Node gone.
     let input = ctx.input();
-    let expect = |node: &Node, allowed: &[&str], why: &str| -> Step {
+    let expect = |node: &NodeView, allowed: &[&str], why: &str| -> Step {
         let name = name_of(node);
         let answer = answers.get(&name);
         let kind = match answer {
@@ -173,7 +172,7 @@ pub(super) async fn agrees_with_single_calls(ctx: &mut Ctx<'_>) -> Step {
     if let Some(node) = &input.shutdown_node {
         expect(node, &["Shutdown", "Found"], "shut-down node")?;
     }
-    let requested: Vec<String> = nodes.iter().map(|n| name_of(n)).collect();
+    let requested: Vec<String> = nodes.iter().map(name_of).collect();
     let extra: Vec<&String> = answers.keys().filter(|k| !requested.contains(k)).collect();
     if !extra.is_empty() {
         ctx.notes.push(format!(
@@ -245,7 +244,7 @@ pub(super) async fn max_size_honoured(ctx: &mut Ctx<'_>) -> Step {
     let nodes = ctx.all_nodes()?;
     // The largest batch the input allows, up to the declared maximum: every Node gets an entry
     // or is left out, and no call fails for its size.
-    let full: Vec<Arc<Node>> = nodes.iter().take(max).cloned().collect();
+    let full: Vec<NodeView> = nodes.iter().take(max).cloned().collect();
     let answers = ctx.describe(batch, &full).await?;
     if answers.is_empty() {
         ctx.notes.push(format!(

@@ -31,7 +31,7 @@ pub(super) async fn cancel_after<T>(
 
 /// After `what`, an ensure then an ensure_load_balancer_deleted must leave the load balancer
 /// as it was before the check (`before`: whether it existed).
-async fn lb_as_before(ctx: &mut Ctx<'_>, hosts: &[Arc<Node>], before: bool, what: &str) -> Step {
+async fn lb_as_before(ctx: &mut Ctx<'_>, hosts: &[NodeView], before: bool, what: &str) -> Step {
     let (_, svc) = ctx.lb()?;
     let state = |b: bool| if b { "exists" } else { "does not exist" };
     ctx.ensure(hosts).await?;

@@ -182,7 +182,7 @@ pub(super) async fn instance_exists_false_for_unknown(ctx: &mut Ctx<'_>) -> Step
 
 pub(super) async fn instance_exists_true_for_existing(ctx: &mut Ctx<'_>) -> Step {
     ctx.require_instances()?;
-    let mut nodes: Vec<(&Node, &str)> = ctx.nodes()?.iter().map(|n| (&**n, "running")).collect();
+    let mut nodes: Vec<(&NodeView, &str)> = ctx.nodes()?.iter().map(|n| (n, "running")).collect();
     if let Some(node) = ctx.input().shutdown_node.as_ref() {
         nodes.push((node, "shut-down"));
     }
@@ -256,10 +256,10 @@ pub(super) fn check_shutdown(
 
 pub(super) async fn instance_shutdown_consistent(ctx: &mut Ctx<'_>) -> Step {
     ctx.require_instances()?;
-    let mut cases: Vec<(&Node, Option<bool>, &str)> = ctx
+    let mut cases: Vec<(&NodeView, Option<bool>, &str)> = ctx
         .nodes()?
         .iter()
-        .map(|n| (&**n, Some(false), "running"))
+        .map(|n| (n, Some(false), "running"))
         .collect();
     if let Some(node) = ctx.input().shutdown_node.as_ref() {
         cases.push((node, Some(true), "shut-down"));

@@ -74,7 +74,7 @@ pub(super) async fn update_changes_hosts(ctx: &mut Ctx<'_>) -> Step {
     ctx.ensure(first).await?;
     let cluster = ctx.cluster();
     for hosts in [rest, first] {
-        let names: BTreeSet<String> = hosts.iter().map(|n| name_of(n)).collect();
+        let names: BTreeSet<String> = hosts.iter().map(name_of).collect();
         match ctx
             .call("update_load_balancer", || {
                 lb.update_load_balancer(cluster, svc, hosts)
@@ -183,7 +183,7 @@ pub(super) async fn hosts_batch_agrees_with_update(ctx: &mut Ctx<'_>) -> Step {
     let key = service_ref(svc);
     let services = [Arc::new(svc.clone())];
     for hosts in [rest, first] {
-        let names: BTreeSet<String> = hosts.iter().map(|n| name_of(n)).collect();
+        let names: BTreeSet<String> = hosts.iter().map(name_of).collect();
         let expected = format!("update_load_balancer_hosts of {key} to hosts {names:?} to succeed");
         // A per-Service Retry is repeated like a Retry of the whole call.
         let answers = ctx

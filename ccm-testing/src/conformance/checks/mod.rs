@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ccm_core::{
     CloudError, CloudProvider, CloudResult, InstanceMetadata, Instances, InstancesV2, LoadBalancer,
-    LoadBalancerStatus, Node, NodeAddress, Route, Routes, Service,
+    LoadBalancerStatus, NodeAddress, NodeView, Route, Routes, Service,
 };
 use ipnet::IpNet;
 use tokio::time::Instant;
@@ -118,15 +118,14 @@ fn describe(err: &CloudError) -> String {
     format!("error ({}): {err}", err.kind())
 }
 
-fn name_of(node: &Node) -> String {
-    node.metadata.name.clone().unwrap_or_default()
+fn name_of(node: &NodeView) -> String {
+    node.name().to_owned()
 }
 
-fn spec_provider_id(node: &Node) -> Option<String> {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.provider_id.clone())
+fn spec_provider_id(node: &NodeView) -> Option<String> {
+    Some(node.provider_id())
         .filter(|p| !p.is_empty())
+        .map(str::to_owned)
 }
 
 fn service_ref(svc: &Service) -> String {
@@ -294,7 +293,7 @@ impl<'a> Ctx<'a> {
         succeeded(self.call(what, f).await, expected)
     }
 
-    fn nodes(&self) -> Result<&'a [Arc<Node>], Stop> {
+    fn nodes(&self) -> Result<&'a [NodeView], Stop> {
         let nodes = &self.input().existing_nodes;
         if nodes.is_empty() {
             Err(skip(
@@ -336,7 +335,7 @@ impl<'a> Ctx<'a> {
         Ok((lb, svc))
     }
 
-    fn routes(&self) -> Result<(&'a dyn Routes, &'a str, &'a Node), Stop> {
+    fn routes(&self) -> Result<(&'a dyn Routes, &'a str, &'a NodeView), Stop> {
         let routes = self
             .provider()
             .routes()
@@ -356,7 +355,7 @@ impl<'a> Ctx<'a> {
 
     /// The provider ID of a node for the legacy `*_by_provider_id` lookups: `spec.providerID`,
     /// else `<provider_name>://<instance_id(name)>`, else the v2 metadata's.
-    async fn provider_id_of(&self, node: &Node) -> Option<String> {
+    async fn provider_id_of(&self, node: &NodeView) -> Option<String> {
         if let Some(pid) = spec_provider_id(node) {
             return Some(pid);
         }
@@ -378,7 +377,11 @@ impl<'a> Ctx<'a> {
         None
     }
 
-    async fn metadata(&self, v2: &dyn InstancesV2, node: &Node) -> Result<InstanceMetadata, Stop> {
+    async fn metadata(
+        &self,
+        v2: &dyn InstancesV2,
+        node: &NodeView,
+    ) -> Result<InstanceMetadata, Stop> {
         let expected = format!(
             "instance_metadata of running node {:?} to succeed",
             name_of(node)
@@ -387,7 +390,7 @@ impl<'a> Ctx<'a> {
             .await
     }
 
-    async fn ensure(&mut self, hosts: &[Arc<Node>]) -> Result<LoadBalancerStatus, Stop> {
+    async fn ensure(&mut self, hosts: &[NodeView]) -> Result<LoadBalancerStatus, Stop> {
         let (lb, svc) = self.lb()?;
         self.lb_touched = true;
         let cluster = self.cluster();
@@ -430,29 +433,30 @@ impl<'a> Ctx<'a> {
         .await
     }
 
-    fn route_for(&self, node: &Node, cidr: &str) -> Route {
+    fn route_for(&self, node: &NodeView, cidr: &str) -> Route {
         Route {
             target_node: name_of(node),
             destination_cidr: cidr.to_owned(),
             target_node_addresses: node
-                .status
-                .as_ref()
-                .and_then(|s| s.addresses.clone())
-                .unwrap_or_default(),
+                .addresses()
+                .map(|(type_, address)| NodeAddress {
+                    type_: type_.to_owned(),
+                    address: address.to_owned(),
+                })
+                .collect(),
             ..Default::default()
         }
     }
 
-    fn name_hint(node: &Node, suffix: &str) -> String {
+    fn name_hint(node: &NodeView, suffix: &str) -> String {
         let base = node
-            .metadata
-            .uid
-            .clone()
+            .uid()
+            .map(str::to_owned)
             .unwrap_or_else(|| format!("conformance-{}", name_of(node)));
         format!("{base}{suffix}")
     }
 
-    async fn create_route(&mut self, node: &Node, cidr: &str, suffix: &str) -> Step {
+    async fn create_route(&mut self, node: &NodeView, cidr: &str, suffix: &str) -> Step {
         let (routes, _, _) = self.routes()?;
         self.routes_touched = true;
         let route = self.route_for(node, cidr);

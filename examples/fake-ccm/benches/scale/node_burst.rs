@@ -304,7 +304,10 @@ pub(crate) fn spawn_floor(env: &Env) -> OwnThread {
             let cloud = cloud.clone();
             tokio::spawn(async move {
                 let v2 = ccm_core::CloudProvider::instances_v2(&cloud).unwrap();
-                let m = v2.instance_metadata(&n).await.unwrap();
+                let m = v2
+                    .instance_metadata(&ccm_core::NodeView::from_node(&n))
+                    .await
+                    .unwrap();
                 let taints: Vec<_> = n
                     .spec
                     .as_ref()

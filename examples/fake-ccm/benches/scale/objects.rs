@@ -208,7 +208,9 @@ pub(crate) async fn metadata(env: &Env, i: usize) -> InstanceMetadata {
     let cloud = FakeCloud::default();
     let n = kubelet_node(&env.node_name(i)).build();
     let v2 = ccm_core::CloudProvider::instances_v2(&cloud).unwrap();
-    v2.instance_metadata(&n).await.unwrap()
+    v2.instance_metadata(&ccm_core::NodeView::from_node(&n))
+        .await
+        .unwrap()
 }
 
 pub(crate) fn is_initialised(n: &Node) -> bool {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use ccm_core::{
     BoxError, CloudError, CloudProvider, CloudResult, InstanceMetadata, InstancesV2, LoadBalancer,
-    LoadBalancerIngress, LoadBalancerStatus, Node, NodeAddress, ProviderId, Route, Routes, Service,
-    async_trait,
+    LoadBalancerIngress, LoadBalancerStatus, NodeAddress, NodeView, ProviderId, Route, Routes,
+    Service, async_trait,
 };
 use serde::Deserialize;
 
@@ -56,10 +56,10 @@ pub struct AcmeInstances {
 impl AcmeInstances {
     /// The Node's machine, or `None` if it does not exist. Looks it up by `spec.providerID`
     /// once the Node has one (names can be reused, IDs cannot), else by the Node's name.
-    async fn machine(&self, node: &Node) -> CloudResult<Option<Machine>> {
-        let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-        match provider_id.filter(|id| !id.is_empty()) {
-            Some(id) => {
+    async fn machine(&self, node: &NodeView) -> CloudResult<Option<Machine>> {
+        match node.provider_id() {
+            "" => self.api.find_machine(node.name()).await.map_err(cloud_error),
+            id => {
                 let id: ProviderId = id.parse().map_err(CloudError::other)?;
                 if id.provider() != PROVIDER_NAME {
                     return Err(CloudError::msg(format!("{id} is not an Acme machine")));
@@ -72,23 +72,19 @@ impl AcmeInstances {
                     Err(e) => Err(cloud_error(e)),
                 }
             }
-            None => {
-                let name = node.metadata.name.as_deref().unwrap_or_default();
-                self.api.find_machine(name).await.map_err(cloud_error)
-            }
         }
     }
 }
 
 #[async_trait]
 impl InstancesV2 for AcmeInstances {
-    async fn instance_exists(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, node: &NodeView) -> CloudResult<bool> {
         // Ok(false) only when the cloud says the machine is gone: the Node is then deleted.
         // A stopped machine exists. An API failure is an error, never "gone".
         Ok(self.machine(node).await?.is_some())
     }
 
-    async fn instance_shutdown(&self, node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, node: &NodeView) -> CloudResult<bool> {
         // A machine that does not exist is not "shut down" (it is gone).
         Ok(self
             .machine(node)
@@ -96,7 +92,7 @@ impl InstancesV2 for AcmeInstances {
             .is_some_and(|m| m.state == MachineState::Stopped))
     }
 
-    async fn instance_metadata(&self, node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, node: &NodeView) -> CloudResult<InstanceMetadata> {
         let machine = self
             .machine(node)
             .await?
@@ -147,8 +143,8 @@ fn managed_elsewhere(service: &Service) -> bool {
     annotations.is_some_and(|a| a.contains_key(ANNOTATION_MANAGED_BY))
 }
 
-fn host_names(hosts: &[Arc<Node>]) -> Vec<String> {
-    let mut names: Vec<String> = hosts.iter().filter_map(|n| n.metadata.name.clone()).collect();
+fn host_names(hosts: &[NodeView]) -> Vec<String> {
+    let mut names: Vec<String> = hosts.iter().map(|n| n.name().to_owned()).collect();
     names.sort();
     names
 }
@@ -180,7 +176,7 @@ impl LoadBalancer for AcmeLoadBalancers {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
         if managed_elsewhere(service) {
             // Another controller of ours owns it: the CCM keeps its finalizer but writes no
@@ -214,7 +210,7 @@ impl LoadBalancer for AcmeLoadBalancers {
         &self,
         cluster_name: &str,
         service: &Service,
-        hosts: &[Arc<Node>],
+        hosts: &[NodeView],
     ) -> CloudResult<()> {
         if managed_elsewhere(service) {
             return Err(CloudError::ImplementedElsewhere);

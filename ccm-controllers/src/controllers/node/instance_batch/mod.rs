@@ -54,9 +54,13 @@ async fn describe(
     let Some(batch) = cloud.instances_batch() else {
         return distribute(&names, Err(CloudError::NotImplemented));
     };
+    let views: Vec<ccm_core::NodeView> = nodes
+        .iter()
+        .map(|n| ccm_core::NodeView::from_node(n))
+        .collect();
     let mut attempt = 0;
     loop {
-        let result = batch.describe_instances(nodes).await;
+        let result = batch.describe_instances(&views).await;
         match &result {
             Err(CloudError::Retry { after, message }) if attempt < retries => {
                 tracing::info!(nodes = nodes.len(), ?after, %message, "cloud provider asked to retry the batch");

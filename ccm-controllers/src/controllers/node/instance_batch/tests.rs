@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ccm_core::{
     CloudProvider, CloudResult, InstanceAnswer, InstanceAnswers, InstanceMetadata, InstancesBatch,
-    InstancesV2, Node,
+    InstancesV2, Node, NodeView,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -107,13 +107,13 @@ impl CloudProvider for Slow {
 
 #[async_trait]
 impl InstancesV2 for Slow {
-    async fn instance_exists(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_exists(&self, _node: &NodeView) -> CloudResult<bool> {
         Ok(true)
     }
-    async fn instance_shutdown(&self, _node: &Node) -> CloudResult<bool> {
+    async fn instance_shutdown(&self, _node: &NodeView) -> CloudResult<bool> {
         Ok(false)
     }
-    async fn instance_metadata(&self, _node: &Node) -> CloudResult<InstanceMetadata> {
+    async fn instance_metadata(&self, _node: &NodeView) -> CloudResult<InstanceMetadata> {
         Ok(InstanceMetadata::default())
     }
 }
@@ -123,22 +123,19 @@ impl InstancesBatch for Slow {
     fn max_batch_size(&self) -> usize {
         self.max
     }
-    async fn describe_instances(&self, nodes: &[Arc<Node>]) -> CloudResult<InstanceAnswers> {
+    async fn describe_instances(&self, nodes: &[NodeView]) -> CloudResult<InstanceAnswers> {
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((Instant::now() - self.origin, nodes.len()));
-        if nodes
-            .iter()
-            .any(|n| n.metadata.name.as_deref() == Some("hang"))
-        {
+        if nodes.iter().any(|n| n.name() == "hang") {
             std::future::pending::<()>().await;
         }
         tokio::time::sleep(self.latency).await;
         Ok(nodes
             .iter()
             .map(|n| {
-                let name = n.metadata.name.clone().unwrap_or_default();
+                let name = n.name().to_owned();
                 (name, InstanceAnswer::Found(InstanceMetadata::default()))
             })
             .collect())

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ccm_core::{CloudError, LoadBalancerHostsBatch};
+use ccm_core::{CloudError, LoadBalancerHostsBatch, NodeView};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use tokio::sync::mpsc;
@@ -33,7 +33,7 @@ use crate::machinery::ownership::Ownership;
 #[derive(Clone)]
 pub(super) struct HostSet {
     generation: u64,
-    pub(super) nodes: Arc<[Arc<Node>]>,
+    pub(super) nodes: Arc<[NodeView]>,
     pub(super) keys: Arc<[HostKey]>,
     /// The last host list compared with `keys`, and whether it was sufficiently equal: most
     /// load balancers remember the same list, so a node-sync pass over 10,000 load balancers
@@ -77,7 +77,7 @@ pub(super) async fn node_events(
         let Some(change) = change else { return };
         let ownership = shared.ctx.ownership();
         fn ours<'a>(o: &Ownership, node: Option<&'a Node>) -> Option<&'a Node> {
-            node.filter(|n| o.owns(n))
+            node.filter(|n| o.owns(*n))
         }
         // A foreign Node (machinery/ownership.rs) is never a host: to the host sets, a Node
         // becoming foreign leaves and one becoming ours joins.
@@ -174,7 +174,7 @@ impl Reconciler {
         };
         let set = HostSet {
             generation,
-            nodes: hosts.into(),
+            nodes: hosts.iter().map(|n| NodeView::from_node(n)).collect(),
             keys,
             compared: Arc::default(),
         };

@@ -1,0 +1,82 @@
+//! The `fake-ccm` binary as an operator runs it beside a cluster's CCM: a one-shot shadow
+//! (`--shadow-report`) over an initialised NotReady Node whose instance the cloud reports gone
+//! (`missing_nodes`), with the lifecycle controller's periods at one second. The shadow must
+//! report the would-delete divergence and exit 3, and the Node must still be there: the issue 33
+//! scenario, where the dry-run marker of the delete was in the query while kube-apiserver reads
+//! a delete's options from its body.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use ccm_testing::apiserver::ApiServer;
+use ccm_testing::builders::kubelet_node;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+
+#[tokio::test]
+async fn a_one_shot_shadow_reports_a_gone_instance_and_deletes_nothing() {
+    let server = ApiServer::start().await;
+    let nodes: Api<Node> = Api::all(server.client());
+    for (name, ready) in [("sh-a", false), ("sh-b", true)] {
+        let node = kubelet_node(name)
+            .without_uninitialized_taint()
+            .provider_id(&format!("fake://{name}"))
+            .ready(ready)
+            .build();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+
+    let mark = server.requests().len();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cloud.yaml");
+    std::fs::write(&config, "missing_nodes: [sh-a]\n").unwrap();
+    let report = dir.path().join("report.json");
+    let ccm = tokio::process::Command::new(env!("CARGO_BIN_EXE_fake-ccm"))
+        .arg(format!("--master={}", server.url()))
+        .arg("--cloud-provider=fake")
+        .arg(format!("--cloud-config={}", config.display()))
+        .arg(format!("--shadow-report={}", report.display()))
+        .arg("--shadow-duration=5s")
+        .arg("--node-monitor-period=1s")
+        .arg("--node-deletion-grace-period=1s")
+        .arg("--secure-port=0")
+        .arg("--configure-cloud-routes=false")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .status();
+    let status = tokio::time::timeout(Duration::from_secs(120), ccm)
+        .await
+        .expect("the one-shot shadow stops by itself")
+        .unwrap();
+    assert_eq!(status.code(), Some(3), "divergences: exit 3");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let divergences = report["divergences"].as_array().unwrap();
+    assert!(
+        divergences.iter().any(|d| d["kind"] == "Node"
+            && d["object"] == "sh-a"
+            && d["field"] == "(node deleted)"
+            && d["incumbent"] == "exists"
+            && d["ours"] == "deleted"),
+        "{report:#}"
+    );
+    assert!(
+        nodes.get_opt("sh-a").await.unwrap().is_some(),
+        "the shadow deleted Node sh-a"
+    );
+    assert!(nodes.get_opt("sh-b").await.unwrap().is_some());
+    // The delete reached the server, as a dry run where the server reads its options.
+    let shadow = server.requests().split_off(mark);
+    assert!(
+        shadow
+            .iter()
+            .any(|r| r.verb == "delete" && r.name.as_deref() == Some("sh-a")),
+        "the lifecycle controller sent no delete"
+    );
+    for r in shadow.iter().filter(|r| r.is_write()) {
+        assert!(r.dry_run, "a write not handled as a dry run: {r:#?}");
+    }
+}
