@@ -53,6 +53,7 @@ pub use machinery::events::{
 };
 pub use machinery::go_syntax::parse_go_duration;
 pub use machinery::informer::{CachedObject, Change, Informer, Subscription, strip_node};
+pub use machinery::label_selector::{ManagedNodeSelector, SelectorError};
 pub use machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 pub use machinery::workqueue::{Activity, ActivityGuard, Backoff, Outcome, WorkQueue};
 pub use runtime::builtin::builtin_controllers;

@@ -119,6 +119,44 @@ pub trait CloudProvider: Send + Sync + 'static {
     /// legacy [`Instances`] path and in log lines. Should equal the registered name.
     fn provider_name(&self) -> &str;
 
+    /// The provider-ID schemes this provider answers for: the `<scheme>` of
+    /// `<scheme>://<instance>` in the `spec.providerID` of the Nodes of its cloud. Defaults to
+    /// [`provider_name`](CloudProvider::provider_name) alone, which is what Go's providers
+    /// write (`aws://`, `gce://`, `azure://`, `hcloud://`, ...).
+    ///
+    /// The framework manages only its own Nodes: a Node whose provider ID has another scheme
+    /// belongs to another cloud (e.g. bare metal beside cloud Nodes, each kind initialised by
+    /// its own cloud-controller-manager). No controller touches it and no provider method is
+    /// called for it: it is never initialised, deleted, tainted, made a load-balancer host,
+    /// routed or given a pod CIDR. A Node without a provider ID, or one without `://`, is
+    /// treated as ours (operators narrow that with `--managed-node-selector`).
+    ///
+    /// Override it when your cloud's Nodes carry more than one scheme, e.g. a provider renamed
+    /// from `acme-legacy` that still finds the instances of old Nodes:
+    ///
+    /// ```
+    /// # use ccm_core::CloudProvider;
+    /// # struct Acme;
+    /// # #[ccm_core::async_trait]
+    /// # impl CloudProvider for Acme {
+    /// fn provider_name(&self) -> &str {
+    ///     "acme"
+    /// }
+    ///
+    /// fn provider_id_schemes(&self) -> Vec<&str> {
+    ///     vec!["acme", "acme-legacy"]
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// Each scheme must be a valid provider name (lowercase letters, digits, `-`, `_`, `.`;
+    /// see [`ProviderId`](crate::ProviderId)), and the provider IDs the provider hands out
+    /// must use one of them: the conformance suite of `ccm-testing` checks both. Asked once,
+    /// at start.
+    fn provider_id_schemes(&self) -> Vec<&str> {
+        vec![self.provider_name()]
+    }
+
     /// Whether the provider tags cloud resources with a cluster ID. When false, the framework
     /// refuses to start unless `--allow-untagged-cloud` is given (as Go's template does).
     /// Defaults to true.

@@ -279,7 +279,8 @@ impl HarnessBuilder {
             &self.scope,
             &mut informers,
         )
-        .with_queue_backoff(self.retry_backoff);
+        .with_queue_backoff(self.retry_backoff)
+        .with_managed_node_selector(options.cloud.managed_node_selector.clone());
         match tokio::time::timeout(SETTLE_TIMEOUT, ctx.wait_for_sync()).await {
             Ok(true) => tracing::debug!("harness: shared informers synced"),
             Ok(false) => {

@@ -14,7 +14,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::machinery::events::{DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder};
 use crate::machinery::informer::{self, Informer};
+use crate::machinery::label_selector::ManagedNodeSelector;
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
+use crate::machinery::ownership::Ownership;
 use crate::machinery::workqueue::{Activity, Backoff, WorkQueue};
 use crate::runtime::client::{ClientError, ClientFactory};
 
@@ -59,6 +61,8 @@ pub struct ControllerContext {
     /// Shadow mode (`machinery/shadow`): the controllers also plan for objects they would
     /// normally leave alone, so the guards can compare.
     shadow: bool,
+    /// Which Nodes are ours (`machinery/ownership.rs`), shared by every clone.
+    ownership: Arc<Ownership>,
 }
 
 impl std::fmt::Debug for ControllerContext {
@@ -146,6 +150,18 @@ impl ControllerContext {
         );
         tasks.spawn(node_driver);
         tasks.spawn(service_driver);
+        let schemes = params
+            .cloud
+            .provider_id_schemes()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let ownership = Ownership::new(schemes, &params.metrics);
+        tasks.spawn(
+            ownership
+                .clone()
+                .track(nodes.clone(), params.shutdown.clone()),
+        );
         ControllerContext {
             client: params.client,
             cloud: params.cloud,
@@ -162,7 +178,22 @@ impl ControllerContext {
             clients: params.clients,
             event_client: None,
             shadow: false,
+            ownership,
         }
+    }
+
+    /// Narrows the Nodes this process manages to those `selector` selects
+    /// (`--managed-node-selector`; `None` or an empty selector: every Node not of another
+    /// cloud). Nodes outside it are foreign: no controller touches them or asks the cloud
+    /// about them. Applies to every clone of this context; set it before the controllers start.
+    pub fn with_managed_node_selector(self, selector: Option<ManagedNodeSelector>) -> Self {
+        self.ownership.set_selector(selector);
+        self
+    }
+
+    /// Which Nodes are ours (`machinery/ownership.rs`).
+    pub(crate) fn ownership(&self) -> &Arc<Ownership> {
+        &self.ownership
     }
 
     /// This context for the controller whose client is named `client_name` (Go's

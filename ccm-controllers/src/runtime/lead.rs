@@ -205,6 +205,7 @@ impl LeadEnv {
             },
             &mut informers,
         );
+        let ctx = ctx.with_managed_node_selector(self.options.cloud.managed_node_selector.clone());
         let ctx = if self.shadow.is_some() {
             ctx.into_shadow()
         } else {

@@ -86,11 +86,11 @@ pub(super) fn spawn(
     let Some(shadow) = shadow else {
         return;
     };
-    tasks.spawn(
-        shadow
-            .clone()
-            .watch(ctx.nodes.clone(), ctx.services.clone()),
-    );
+    tasks.spawn(shadow.clone().watch(
+        ctx.nodes.clone(),
+        ctx.services.clone(),
+        ctx.ownership().clone(),
+    ));
     if options.shadow.shadow_report.is_none() {
         return;
     }

@@ -24,6 +24,7 @@ mod instance_batch;
 mod lease_renewal;
 mod node_ipam;
 mod node_lifecycle;
+mod ownership;
 mod rbac;
 mod route;
 mod route_runtime;

@@ -255,12 +255,16 @@ pub enum Check {
     /// addresses every `--node-status-update-frequency`, so an answer that flaps rewrites
     /// `status.addresses` and labels in a loop.
     InstanceMetadataStable,
-    /// The provider ID of every existing Node parses as `<provider>://<id>`
-    /// ([`ccm_core::ProviderId`]) and its provider part equals `provider_name()`.
+    /// The provider declares its provider-ID schemes (`provider_id_schemes()`: at least one,
+    /// each a valid provider name), and the provider ID of every existing Node parses as
+    /// `<scheme>://<id>` ([`ccm_core::ProviderId`]) with one of them (on the legacy path,
+    /// `provider_name()`, with which the framework builds it).
     ///
     /// Why: §1.1, `ProviderName` builds provider IDs `<name>://<instanceID>`; §1.4, the format
     /// `<provider>://<id>` is what `spec.providerID` holds, and it is written once and never
-    /// changed. A malformed one makes every later lookup by provider ID fail.
+    /// changed. A malformed one makes every later lookup by provider ID fail, and one of an
+    /// undeclared scheme makes the framework take the Node for another cloud's and leave it
+    /// alone (docs/controllers.md, "Which Nodes are ours").
     ProviderIdWellFormed,
     /// `instance_exists` (and `instance_exists_by_provider_id`) answers `Ok(false)`, not an
     /// error, for an instance that does not exist.

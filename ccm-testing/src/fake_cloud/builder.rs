@@ -20,6 +20,13 @@ impl FakeCloudBuilder {
         FakeCloudBuilder { config }
     }
 
+    /// The provider name it answers as, and the scheme of its provider IDs (`provider_name`,
+    /// default `fake`).
+    pub fn provider_name(mut self, name: &str) -> Self {
+        self.config.provider_name = name.to_owned();
+        self
+    }
+
     /// Delay of every call (`latency_ms`).
     pub fn latency(mut self, latency: Duration) -> Self {
         self.config.latency_ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);

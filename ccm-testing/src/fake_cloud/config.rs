@@ -69,6 +69,11 @@ pub(crate) fn is_operation(op: &str) -> bool {
 #[serde(default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct FakeCloudConfig {
+    /// The provider name the fake cloud answers as, and the scheme of its provider IDs
+    /// (`<provider_name>://<node-name>`; default `fake`). Give a second fake cloud another one
+    /// (e.g. `fake-b`) to play another cloud in the same cluster: each then manages only the
+    /// Nodes of its own scheme.
+    pub provider_name: String,
     /// Delay added to every call before it takes effect, in milliseconds (default 0).
     pub latency_ms: u64,
     /// Per-operation delay overrides in milliseconds, keyed by operation name
@@ -139,12 +144,16 @@ pub struct FakeCloudConfig {
     pub faults: BTreeMap<String, Vec<Fault>>,
 }
 
+/// The default `provider_name`.
+pub const DEFAULT_PROVIDER_NAME: &str = "fake";
+
 /// The default `lb_ip_range`: RFC 2544's benchmarking range, 131,070 load balancers.
 pub(super) const DEFAULT_LB_IP_RANGE: &str = "198.18.0.0/15";
 
 impl Default for FakeCloudConfig {
     fn default() -> Self {
         FakeCloudConfig {
+            provider_name: DEFAULT_PROVIDER_NAME.into(),
             latency_ms: 0,
             operation_latency_ms: BTreeMap::new(),
             zone: "zone-a".into(),
@@ -520,6 +529,11 @@ pub enum FakeCloudConfigError {
         /// The unknown name.
         operation: String,
     },
+    /// `provider_name` cannot be a provider-ID scheme.
+    #[error(
+        "fake cloud config: provider_name {0:?} is not a valid provider name (lowercase letters, digits, '-', '_' or '.')"
+    )]
+    InvalidProviderName(String),
     /// `lb_ip` is not an IP address.
     #[error("fake cloud config: lb_ip {0:?} is not an IP address")]
     InvalidLbIp(String),
@@ -597,6 +611,11 @@ impl FakeCloudConfig {
     /// Checks the configuration: regular expressions compile, operation names exist, `lb_ip` is
     /// an IP address, probabilities are in range.
     pub fn validate(&self) -> Result<(), FakeCloudConfigError> {
+        if ccm_core::ProviderId::new(self.provider_name.as_str(), "i").is_err() {
+            return Err(FakeCloudConfigError::InvalidProviderName(
+                self.provider_name.clone(),
+            ));
+        }
         for (field, patterns) in [
             ("missing_nodes", &self.missing_nodes),
             ("shutdown_nodes", &self.shutdown_nodes),

@@ -92,7 +92,7 @@ impl State {
         Ok(InstanceMetadata {
             provider_id: answer
                 .and_then(|a| a.provider_id.clone())
-                .unwrap_or_else(|| format!("fake://{name}")),
+                .unwrap_or_else(|| format!("{}://{name}", cfg.provider_name)),
             instance_type: pick(
                 answer.and_then(|a| a.instance_type.as_ref()),
                 &cfg.instance_type,

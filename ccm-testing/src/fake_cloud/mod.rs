@@ -10,11 +10,12 @@
 //! # What it answers
 //!
 //! - **Instances** (`instances_v2`, and the legacy `instances` + `zones` when switched on): every
-//!   node exists, with provider ID `fake://<node-name>`, zone `zone-a`, region `region-1`,
+//!   node exists, with provider ID `fake://<node-name>` (`<provider_name>://<node-name>` for a
+//!   fake cloud given another `provider_name`, which it also answers as), zone `zone-a`, region `region-1`,
 //!   instance type `fake-small`, an `InternalIP` derived stably from the node name (a hash of
 //!   the name into `10.0.0.0/8`, never ending in `.0` or `.255`), optionally an `ExternalIP`
 //!   (hash into `198.18.0.0/15`), and a `Hostname` address equal to the node name. A Node's
-//!   instance is found from `spec.providerID` when set (it must be `fake://...`), else from its
+//!   instance is found from `spec.providerID` when set (it must be `fake://...`, its own scheme), else from its
 //!   name. Nodes whose name matches `missing_nodes` do not exist: `instance_exists` and
 //!   `instance_exists_by_provider_id` answer `Ok(false)`, `instance_shutdown` `Ok(false)`, and
 //!   every lookup (`instance_metadata`, `instance_id`, `node_addresses`, zones...) answers
@@ -220,8 +221,8 @@ use regex::Regex;
 pub use builder::FakeCloudBuilder;
 pub use calls::{CallArgs, CallRecord};
 pub use config::{
-    Capabilities, DEFAULT_CALL_LOG_LIMIT, FakeCloudConfig, FakeCloudConfigError, Fault, NO_CLASS,
-    NodeAnswer, OPERATIONS, QuotaConfig, Rate,
+    Capabilities, DEFAULT_CALL_LOG_LIMIT, DEFAULT_PROVIDER_NAME, FakeCloudConfig,
+    FakeCloudConfigError, Fault, NO_CLASS, NodeAnswer, OPERATIONS, QuotaConfig, Rate,
 };
 use faults::arm;
 pub use load_balancers::LoadBalancerState;
@@ -340,6 +341,8 @@ impl HostSets {
 
 #[derive(Default)]
 struct State {
+    /// `provider_name` of the configuration: the scheme of the provider IDs it knows.
+    provider_name: String,
     /// The most recent calls, at most `call_log_limit` of them.
     calls: std::collections::VecDeque<CallRecord>,
     counts: BTreeMap<String, usize>,
@@ -444,6 +447,7 @@ impl FakeCloud {
             }
         };
         let mut state = State {
+            provider_name: config.provider_name.clone(),
             nodes: config.nodes.clone(),
             quota: quota::Quota::new(&config.quota),
             missing: compile_patterns("missing_nodes", &config.missing_nodes),
@@ -509,10 +513,37 @@ impl FakeCloud {
     pub fn from_cloud_config(
         cloud_config: Option<&[u8]>,
     ) -> Result<Arc<dyn CloudProvider>, BoxError> {
-        let config: FakeCloudConfig = match cloud_config {
+        Self::from_cloud_config_as(DEFAULT_PROVIDER_NAME, cloud_config)
+    }
+
+    /// As [`from_cloud_config`](Self::from_cloud_config), for a fake cloud registered under
+    /// another name (a second cloud in one cluster): it answers as `provider_name` (and hands
+    /// out `<provider_name>://` provider IDs) unless the file sets `provider_name` itself, and
+    /// then it must be the same.
+    ///
+    /// ```ignore
+    /// fn fake_b(config: Option<&[u8]>) -> Result<Arc<dyn CloudProvider>, BoxError> {
+    ///     FakeCloud::from_cloud_config_as("fake-b", config)
+    /// }
+    /// ccm_core::register_cloud_provider!("fake-b", fake_b);
+    /// ```
+    pub fn from_cloud_config_as(
+        provider_name: &str,
+        cloud_config: Option<&[u8]>,
+    ) -> Result<Arc<dyn CloudProvider>, BoxError> {
+        let mut config: FakeCloudConfig = match cloud_config {
             Some(bytes) => ccm_core::parse_cloud_config(bytes)?,
             None => FakeCloudConfig::default(),
         };
+        if config.provider_name == DEFAULT_PROVIDER_NAME {
+            config.provider_name = provider_name.to_owned();
+        } else if config.provider_name != provider_name {
+            return Err(format!(
+                "fake cloud config: provider_name {:?} differs from the name it is registered under, {provider_name:?}",
+                config.provider_name
+            )
+            .into());
+        }
         Ok(Arc::new(FakeCloud::try_new(config)?))
     }
 

@@ -12,9 +12,6 @@ use ccm_core::{
 
 use super::{CallArgs, FakeCloud, State, StoredLoadBalancer, StoredRoute};
 
-/// The provider name, and the scheme of every provider ID the fake cloud hands out.
-const PROVIDER_NAME: &str = "fake";
-
 /// The node name a Node's instance is registered under: from `spec.providerID` when set,
 /// else `metadata.name`.
 fn node_instance_name(st: &State, node: &NodeView) -> CloudResult<String> {
@@ -45,16 +42,17 @@ fn node_args(node: &NodeView) -> CallArgs {
 }
 
 /// The node name of a provider ID: the Node whose chosen answer has it, else `<name>` of
-/// `fake://<name>`.
+/// `<provider_name>://<name>`.
 fn name_from_provider_id(st: &State, provider_id: &str) -> CloudResult<String> {
     if let Some(name) = st.node_with_provider_id(provider_id) {
         return Ok(name.to_owned());
     }
     let id: ProviderId = provider_id.parse().map_err(CloudError::other)?;
-    if id.provider() != PROVIDER_NAME {
+    if id.provider() != st.provider_name {
         return Err(CloudError::msg(format!(
-            "fake cloud: provider ID {provider_id:?} belongs to provider {:?}, not {PROVIDER_NAME:?}",
-            id.provider()
+            "fake cloud: provider ID {provider_id:?} belongs to provider {:?}, not {:?}",
+            id.provider(),
+            st.provider_name
         )));
     }
     Ok(id.instance_id().to_owned())
@@ -89,7 +87,7 @@ fn host_names(st: &mut State, hosts: &[NodeView]) -> Arc<[String]> {
 #[async_trait]
 impl CloudProvider for FakeCloud {
     fn provider_name(&self) -> &str {
-        PROVIDER_NAME
+        &self.inner.config.provider_name
     }
 
     async fn initialize(&self, _ctx: InitContext) -> CloudResult<()> {

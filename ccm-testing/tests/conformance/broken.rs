@@ -53,6 +53,10 @@ broken_provider_tests! {
         MetadataChangesOnce => InstanceMetadataStable,
     provider_name_mismatch_fails_provider_id_well_formed:
         ProviderNameMismatch => ProviderIdWellFormed,
+    no_schemes_declared_fails_provider_id_well_formed:
+        NoSchemesDeclared => ProviderIdWellFormed,
+    invalid_scheme_declared_fails_provider_id_well_formed:
+        InvalidSchemeDeclared => ProviderIdWellFormed,
     error_for_unknown_instance_fails_instance_exists_false_for_unknown:
         ExistsErrorsForUnknown => InstanceExistsFalseForUnknown,
     shut_down_reported_gone_fails_instance_exists_true_for_existing_and_shut_down:

@@ -18,6 +18,10 @@ pub(crate) enum Flaw {
     MetadataChangesOnce,
     /// `provider_name` is "acme" while provider IDs say `fake://`.
     ProviderNameMismatch,
+    /// `provider_id_schemes` declares no scheme.
+    NoSchemesDeclared,
+    /// `provider_id_schemes` declares a scheme that is no provider name.
+    InvalidSchemeDeclared,
     /// `instance_exists` of a missing instance answers InstanceNotFound instead of false.
     ExistsErrorsForUnknown,
     /// `instance_exists` answers false for a shut-down instance.
@@ -101,6 +105,16 @@ impl CloudProvider for Broken {
             "acme"
         } else {
             self.inner.provider_name()
+        }
+    }
+    fn provider_id_schemes(&self) -> Vec<&str> {
+        if self.is(Flaw::NoSchemesDeclared) {
+            Vec::new()
+        } else if self.is(Flaw::InvalidSchemeDeclared) {
+            vec!["fake", "Fake Cloud"]
+        } else {
+            // The trait's default: `provider_name()` alone.
+            vec![self.provider_name()]
         }
     }
     fn instances_v2(&self) -> Option<&dyn InstancesV2> {

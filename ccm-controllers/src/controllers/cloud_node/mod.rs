@@ -212,10 +212,12 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 let _busy = ctx.activity().begin();
                 let started = tokio::time::Instant::now();
                 let queue_labels = !std::mem::take(&mut first_pass);
+                // Foreign Nodes (machinery/ownership.rs) are neither refreshed nor relabelled.
                 let (initialised, tainted): (Vec<_>, Vec<_>) = ctx
                     .nodes
                     .list()
                     .into_iter()
+                    .filter(|n| ctx.ownership().owns(n))
                     .partition(|n| !n.has_taint(TAINT_UNINITIALIZED));
                 let count = initialised.len();
                 let batching = instance_batch::batches(ctx.cloud.as_ref());

@@ -13,6 +13,7 @@ use super::metrics::CloudNodeMetrics;
 use super::plan::{self, InitError, Step};
 use crate::controllers::node::instance_batch::Coalescer;
 use crate::controllers::node::instance_batch::plan::{Lookup, MetadataLookup, metadata_lookup};
+use crate::controllers::node::node_provider_id;
 use crate::controllers::node::patch::{self, PatchError};
 use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
@@ -44,6 +45,10 @@ pub(crate) struct Reconciler {
     /// Groups the initialisation lookups of a burst into `describe_instances` calls; `None`
     /// when the provider does not batch.
     init_batch: Option<Coalescer>,
+    /// Uninitialised Nodes without a provider ID whose instance our cloud does not know, by
+    /// name, with their UID: told once (a `SyncFailed` Event), then asked again with
+    /// backoff in silence. Such a Node may be another cloud's, waiting for its own CCM.
+    unknown: Mutex<HashMap<String, String>>,
 }
 
 /// A Node this controller untainted (see [`Reconciler::sync_node`]).
@@ -86,6 +91,7 @@ impl Reconciler {
             initialized: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashMap::new()),
             retry_not_before: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(HashMap::new()),
             init_batch: Coalescer::start(
                 ctx.cloud.clone(),
                 INIT_BATCH_WINDOW,
@@ -99,6 +105,7 @@ impl Reconciler {
     pub(crate) fn forget(&self, name: &str) {
         lock(&self.initialized).remove(name);
         lock(&self.retry_not_before).remove(name);
+        lock(&self.unknown).remove(name);
     }
 
     /// When this controller untainted `node` (a tainted copy), if it did.
@@ -123,6 +130,10 @@ impl Reconciler {
         let Some(cached) = self.ctx.nodes.get(&name) else {
             return Outcome::Done;
         };
+        if !self.ctx.ownership().owns(&cached) {
+            // Another cloud's Node (machinery/ownership.rs): never initialised, no cloud call.
+            return Outcome::Done;
+        }
         let mut node = cached.to_node();
         if !plan::has_uninitialized_taint(&node) {
             // The cache has caught up with our write (or never needed to).
@@ -176,6 +187,29 @@ impl Reconciler {
             Step::Addresses => format!("Failed to update the addresses of node {name}: {error}"),
         };
         self.recorder.warning(node, REASON_SYNC_FAILED, note);
+    }
+
+    /// Our cloud does not know the instance of `node`, an uninitialised Node without a provider
+    /// ID. It may be another cloud's Node whose own CCM has not initialised it yet, or ours
+    /// before the cloud shows it: the first time, a Warning `SyncFailed` Event (and its log
+    /// line); after that, retries with backoff without a word (no warning loop). The node-lifecycle
+    /// controller never deletes such a Node (`machinery/ownership.rs`, `deletion_evidence`).
+    fn not_known(&self, node: &Node, step: Step) {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let first = lock(&self.unknown).insert(name.to_owned(), uid(node)) != Some(uid(node));
+        if first {
+            // The Warning Event is logged too (one WARN line), so no log line of our own.
+            self.recorder.warning(
+                node,
+                REASON_SYNC_FAILED,
+                format!(
+                    "The cloud provider does not know the instance of node {name} ({} step); the node stays uninitialised and is asked again with backoff (another cloud's node? leave it out with --managed-node-selector)",
+                    step.as_str()
+                ),
+            );
+        } else {
+            tracing::debug!(node = %name, "the cloud provider still does not know this node's instance");
+        }
     }
 
     /// Initialises a tainted node: metadata from the cloud (one call with `InstancesV2`), then
@@ -241,11 +275,19 @@ impl Reconciler {
                 lock(&self.retry_not_before).insert(name, Instant::now() + after);
                 return Outcome::RequeueAfter(after);
             }
+            Err(e)
+                if matches!(e.source, CloudError::InstanceNotFound)
+                    && node_provider_id(&node).is_empty() =>
+            {
+                self.not_known(&node, e.step);
+                return Outcome::Failed;
+            }
             Err(e) => {
                 self.warn(&node, e.step, &e.source);
                 return Outcome::Failed;
             }
         };
+        lock(&self.unknown).remove(&name);
         // Validate before writing anything: a failing rule keeps the node tainted.
         let addresses = match plan::plan_init(&node, &fetched.meta, fetched.require_provider_id) {
             Ok(p) => {

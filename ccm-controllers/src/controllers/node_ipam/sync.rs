@@ -136,6 +136,11 @@ impl Reconciler {
         if self.occupy_existing(&node) {
             return Outcome::Done;
         }
+        if !self.ctx.ownership().owns(&node) {
+            // Another cloud's Node gets no pod CIDR from us (machinery/ownership.rs); the CIDRs
+            // it has are marked used above, so none is given twice.
+            return Outcome::Done;
+        }
         let allocation = self.with_pool(|p| {
             let a = p.allocate(name);
             if let Ok(a) = &a {

@@ -85,14 +85,20 @@ pub(crate) enum ReadyStep {
     RemoveShutdownTaint,
     /// Not Ready: ask the cloud whether the instance exists.
     CheckExists,
+    /// Not Ready, but nothing shows the Node was ours (uninitialised, no provider ID of our
+    /// scheme: `machinery/ownership.rs`, `deletion_evidence`): it is never deleted, and the
+    /// uninitialized taint already keeps pods off it, so the cloud is not asked at all.
+    NoEvidence,
 }
 
 /// Stage 1: what the `Ready` condition and the taints call for (read from the cached view:
-/// every Node, every monitor period).
-pub(crate) fn plan_ready(node: &NodeView) -> ReadyStep {
+/// every Node, every monitor period). `deletion_evidence`: whether the Node may be deleted if
+/// its instance is gone.
+pub(crate) fn plan_ready(node: &NodeView, deletion_evidence: bool) -> ReadyStep {
     match (node.is_ready(), has_shutdown_taint(node.taints())) {
         (true, true) => ReadyStep::RemoveShutdownTaint,
         (true, false) => ReadyStep::Nothing,
+        (false, _) if !deletion_evidence => ReadyStep::NoEvidence,
         (false, _) => ReadyStep::CheckExists,
     }
 }
@@ -219,7 +225,23 @@ mod tests {
     }
 
     #[test]
+    fn stage_one_without_evidence_asks_nothing() {
+        for s in [Some("False"), Some("Unknown"), None] {
+            assert_eq!(plan_ready(&view(s, &[]), false), ReadyStep::NoEvidence);
+        }
+        // Ready: the shutdown taint still comes off.
+        assert_eq!(
+            plan_ready(
+                &view(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")]),
+                false
+            ),
+            ReadyStep::RemoveShutdownTaint
+        );
+    }
+
+    #[test]
     fn stage_one() {
+        let plan_ready = |n: &NodeView| plan_ready(n, true);
         assert_eq!(plan_ready(&view(Some("True"), &[])), ReadyStep::Nothing);
         assert_eq!(
             plan_ready(&view(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")])),

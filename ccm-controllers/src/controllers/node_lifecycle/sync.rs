@@ -64,6 +64,10 @@ impl Reconciler {
             .map(|(_, t)| *t)
     }
 
+    fn plan_ready(&self, node: &NodeView) -> ReadyStep {
+        plan::plan_ready(node, self.ctx.ownership().deletion_evidence(node))
+    }
+
     fn forget(&self, node: &NodeView) {
         lock(&self.first_gone).remove(node.name());
     }
@@ -71,7 +75,16 @@ impl Reconciler {
     /// One pass over every node in the cache, at most `workers` checks at a time.
     pub(super) async fn monitor(&self) {
         let started = Instant::now();
-        let nodes = self.ctx.nodes.list();
+        // Foreign Nodes (machinery/ownership.rs) are not looked at: no cloud call, no taint,
+        // never deleted.
+        let ownership = self.ctx.ownership();
+        let nodes: Vec<_> = self
+            .ctx
+            .nodes
+            .list()
+            .into_iter()
+            .filter(|n| ownership.owns(n))
+            .collect();
         {
             // Forget "gone" records of nodes that were deleted or replaced. The map of every
             // Node's name and UID is built only when there is a record to check (none in a
@@ -91,7 +104,7 @@ impl Reconciler {
         // and asked again in the next pass.
         let to_check: Vec<_> = nodes
             .iter()
-            .filter(|n| plan::plan_ready(n) == ReadyStep::CheckExists)
+            .filter(|n| self.plan_ready(n) == ReadyStep::CheckExists)
             .cloned()
             .collect();
         let mut answers = if to_check.is_empty() {
@@ -131,7 +144,11 @@ impl Reconciler {
     /// `instance_shutdown` read from a batch call, `None` to ask them with single calls.
     async fn check(&self, node: &NodeView, batch_answer: Option<BatchAnswer>) {
         let name = node.name().to_owned();
-        match plan::plan_ready(node) {
+        match self.plan_ready(node) {
+            ReadyStep::NoEvidence => {
+                self.forget(node);
+                self.metrics.count("no_deletion_evidence");
+            }
             ReadyStep::Nothing => {
                 self.forget(node);
                 self.metrics.count("ready");

@@ -94,6 +94,9 @@ pub(crate) struct NodeInfo {
     pub(crate) addresses: Vec<NodeAddress>,
     /// The Node's current `NetworkUnavailable` condition.
     pub(crate) network_unavailable: Option<CurrentCondition>,
+    /// Whether the Node is ours (`machinery/ownership.rs`). A foreign Node gets no route and
+    /// no condition, and the routes that target it are left as they are.
+    pub(crate) managed: bool,
 }
 
 impl NodeInfo {
@@ -128,6 +131,7 @@ impl NodeInfo {
                 })
                 .collect(),
             network_unavailable,
+            managed: true,
         }
     }
 
@@ -386,8 +390,13 @@ pub(crate) fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]
         ..RoutePlan::default()
     };
     let mut seen_names: HashSet<&str> = HashSet::new();
+    let mut foreign: HashSet<&str> = HashSet::new();
     for node in nodes {
         if !seen_names.insert(node.name.as_str()) {
+            continue;
+        }
+        if !node.managed {
+            foreign.insert(node.name.as_str());
             continue;
         }
         let existing = by_node.get(node.name.as_str());
@@ -433,7 +442,7 @@ pub(crate) fn plan(nodes: &[NodeInfo], routes: &[Route], cluster_cidrs: &[IpNet]
     // Step 4: delete routes we are responsible for that are blackholes, or whose (node, CIDR)
     // has no action, or whose action is an update.
     for route in routes {
-        if !is_responsible(cluster_cidrs, route) {
+        if !is_responsible(cluster_cidrs, route) || foreign.contains(route.target_node.as_str()) {
             continue;
         }
         let action = out

@@ -96,7 +96,14 @@ impl Reconciler {
         };
         let mut nodes = self.ctx.nodes.list();
         nodes.sort_by(|a, b| a.name_arc().cmp(&b.name_arc()));
-        let infos: Vec<NodeInfo> = nodes.iter().map(NodeInfo::from_view).collect();
+        let ownership = self.ctx.ownership();
+        let infos: Vec<NodeInfo> = nodes
+            .iter()
+            .map(|n| NodeInfo {
+                managed: ownership.owns(n),
+                ..NodeInfo::from_view(n)
+            })
+            .collect();
         let plan = plan::plan(&infos, &listed, &self.config.cluster_cidrs);
         tracing::debug!(
             routes = listed.len(),
@@ -167,7 +174,12 @@ impl Reconciler {
         let Some(routes) = self.ctx.cloud.routes() else {
             return Outcome::Done;
         };
-        let node = self.ctx.nodes.get(&key.node);
+        // A Node that became foreign meanwhile gets no route (machinery/ownership.rs).
+        let node = self
+            .ctx
+            .nodes
+            .get(&key.node)
+            .filter(|n| self.ctx.ownership().owns(n));
         let info = node.as_ref().map(NodeInfo::from_view);
         let raw_cidr = info
             .as_ref()

@@ -162,6 +162,10 @@ impl CloudProvider for BudgetedProvider {
         self.inner.provider_name()
     }
 
+    fn provider_id_schemes(&self) -> Vec<&str> {
+        self.inner.provider_id_schemes()
+    }
+
     fn has_cluster_id(&self) -> bool {
         self.inner.has_cluster_id()
     }

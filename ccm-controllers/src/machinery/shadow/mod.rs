@@ -48,6 +48,7 @@ use tokio::time::Instant;
 
 use crate::machinery::informer::Informer;
 use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::ownership::Ownership;
 
 /// The controller name of cloud divergences found by the service controller's calls.
 pub(crate) const SERVICE_CONTROLLER: &str = "service-controller";
@@ -209,6 +210,9 @@ pub(crate) struct Shadow {
     stores: OnceLock<(Informer<Node, NodeView>, Informer<Service>)>,
     /// The provider does not implement `get_load_balancer_hosts` (logged once).
     hosts_unknown: std::sync::atomic::AtomicBool,
+    /// Which Nodes are ours, once the runtime started the controllers: the report lists the
+    /// foreign ones.
+    ownership: OnceLock<Arc<Ownership>>,
     /// A dry-run delete was forbidden (logged once).
     delete_forbidden: std::sync::atomic::AtomicBool,
 }
@@ -230,6 +234,7 @@ impl Shadow {
             grace,
             stores: OnceLock::new(),
             hosts_unknown: std::sync::atomic::AtomicBool::new(false),
+            ownership: OnceLock::new(),
             delete_forbidden: std::sync::atomic::AtomicBool::new(false),
         })
     }

@@ -19,6 +19,19 @@ pub(crate) struct Report {
     pub pending: usize,
     /// The current divergences, sorted by kind, object and field.
     pub divergences: Vec<Divergence>,
+    /// The Nodes left to another cloud-controller-manager (their provider ID names another
+    /// provider, or `--managed-node-selector` does not select them), sorted by name: never
+    /// compared, so never a divergence.
+    pub foreign_nodes: Vec<ForeignNode>,
+}
+
+/// A Node the shadow leaves to another cloud-controller-manager.
+#[derive(Debug, Serialize)]
+pub(crate) struct ForeignNode {
+    /// The Node's name.
+    pub name: String,
+    /// Why: `providerID <scheme>` or `outside --managed-node-selector`.
+    pub reason: String,
 }
 
 /// Objects compared, by kind.
@@ -37,11 +50,26 @@ impl Shadow {
             .stores
             .get()
             .map_or((0, 0), |(n, s)| (n.list().len(), s.list().len()));
+        let foreign_nodes: Vec<ForeignNode> = self
+            .ownership
+            .get()
+            .map(|o| o.foreign_nodes())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, why)| ForeignNode {
+                name,
+                reason: why.to_string(),
+            })
+            .collect();
         Report {
             generated: jiff::Timestamp::now().to_string(),
-            objects_compared: ObjectsCompared { nodes, services },
+            objects_compared: ObjectsCompared {
+                nodes: nodes.saturating_sub(foreign_nodes.len()),
+                services,
+            },
             pending: self.pending_count(),
             divergences: self.divergences(),
+            foreign_nodes,
         }
     }
 }
@@ -57,6 +85,16 @@ impl Report {
             self.divergences.len(),
             self.pending
         )?;
+        if !self.foreign_nodes.is_empty() {
+            writeln!(
+                out,
+                "  {} foreign Node(s) left to another cloud-controller-manager, not compared:",
+                self.foreign_nodes.len()
+            )?;
+            for n in &self.foreign_nodes {
+                writeln!(out, "    {} ({})", n.name, n.reason)?;
+            }
+        }
         for d in &self.divergences {
             let also = if d.also.is_empty() {
                 String::new()
@@ -98,6 +136,10 @@ mod tests {
                 ours: json!("b"),
                 since: "t".into(),
             }],
+            foreign_nodes: vec![ForeignNode {
+                name: "metal-1".into(),
+                reason: "providerID proxmox://".into(),
+            }],
         };
         let mut out = Vec::new();
         assert!(report.write_summary(&mut out).is_ok());
@@ -110,6 +152,10 @@ mod tests {
             text.contains(
                 "Node n1 metadata.labels[topology.kubernetes.io/zone] (also metadata.labels[failure-domain.beta.kubernetes.io/zone]): incumbent \"a\" / ours \"b\""
             ),
+            "{text}"
+        );
+        assert!(
+            text.contains("1 foreign Node(s) left to another cloud-controller-manager, not compared:\n    metal-1 (providerID proxmox://)"),
             "{text}"
         );
     }

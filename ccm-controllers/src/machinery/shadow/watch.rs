@@ -14,6 +14,7 @@ use super::fields::{
     FIELD_NODE_DELETED, node_fields, node_pending, node_ready, service_fields, service_pending,
 };
 use crate::machinery::informer::{Change, Informer};
+use crate::machinery::ownership::Ownership;
 
 /// How often pending changes are checked against the grace period.
 const TICK: Duration = Duration::from_secs(1);
@@ -29,8 +30,10 @@ impl Shadow {
         self: Arc<Self>,
         nodes: Informer<Node, NodeView>,
         services: Informer<Service>,
+        ownership: Arc<Ownership>,
     ) {
         let _ = self.stores.set((nodes.clone(), services.clone()));
+        let _ = self.ownership.set(ownership);
         let (Some(mut node_changes), Some(mut service_changes)) =
             (nodes.subscribe().await, services.subscribe().await)
         else {

@@ -48,29 +48,52 @@ pub(super) async fn instance_metadata_stable(ctx: &mut Ctx<'_>) -> Step {
     Ok(())
 }
 
-pub(super) fn check_provider_id(provider_name: &str, pid: &str, node: &str, source: &str) -> Step {
+pub(super) fn check_provider_id(schemes: &[String], pid: &str, node: &str, source: &str) -> Step {
     let parsed: ProviderId = pid.parse().map_err(|e| {
         fail(
-            format!(
-                "a provider ID of the form {provider_name}://<id> from {source} for node {node:?}"
-            ),
+            format!("a provider ID of the form <scheme>://<id> from {source} for node {node:?}"),
             format!("{pid:?}: {e}"),
         )
     })?;
-    if parsed.provider() != provider_name {
+    if !schemes.iter().any(|s| s == parsed.provider()) {
         return Err(fail(
             format!(
-                "the provider ID from {source} for node {node:?} to start with provider_name() {provider_name:?}"
+                "the provider ID from {source} for node {node:?} to have one of the schemes of provider_id_schemes() {schemes:?} (a Node of another scheme is another cloud's: the framework leaves it alone)"
             ),
-            format!("{pid:?} (provider {:?})", parsed.provider()),
+            format!("{pid:?} (scheme {:?})", parsed.provider()),
         ));
     }
     Ok(())
 }
 
+/// The provider's declared provider-ID schemes, each a valid provider name, at least one.
+fn declared_schemes(provider: &dyn ccm_core::CloudProvider) -> Result<Vec<String>, Stop> {
+    let schemes: Vec<String> = provider
+        .provider_id_schemes()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if schemes.is_empty() {
+        return Err(fail(
+            "provider_id_schemes() to declare at least one scheme (the default is provider_name())",
+            "an empty list: every Node with a provider ID would be another cloud's",
+        ));
+    }
+    for scheme in &schemes {
+        if let Err(e) = ProviderId::new(scheme.as_str(), "i") {
+            return Err(fail(
+                "every scheme of provider_id_schemes() to be a valid provider name",
+                format!("{scheme:?}: {e}"),
+            ));
+        }
+    }
+    Ok(schemes)
+}
+
 pub(super) async fn provider_id_well_formed(ctx: &mut Ctx<'_>) -> Step {
     ctx.require_instances()?;
     let provider_name = ctx.provider().provider_name().to_owned();
+    let schemes = declared_schemes(ctx.provider())?;
     for node in ctx.nodes()? {
         let name = name_of(node);
         if let Some(v2) = ctx.v2() {
@@ -85,19 +108,14 @@ pub(super) async fn provider_id_well_formed(ctx: &mut Ctx<'_>) -> Step {
                     ));
                 }
             } else {
-                check_provider_id(
-                    &provider_name,
-                    &meta.provider_id,
-                    &name,
-                    "instance_metadata",
-                )?;
+                check_provider_id(&schemes, &meta.provider_id, &name, "instance_metadata")?;
             }
         }
         if let Some(v1) = ctx.v1() {
             match ctx.call("instance_id", || v1.instance_id(&name)).await {
                 Ok(id) => {
                     let pid = format!("{provider_name}://{id}");
-                    check_provider_id(&provider_name, &pid, &name, "instance_id")?;
+                    check_provider_id(&schemes, &pid, &name, "instance_id")?;
                 }
                 // Go: NotImplemented leaves spec.providerID empty, allowed.
                 Err(CloudError::NotImplemented) => {}

@@ -190,10 +190,22 @@ impl Observed {
             .iter()
             .filter(|n| !self.nodes.contains_key(*n))
             .count();
+        // A Node whose instance went before it was initialised (still tainted, no provider
+        // ID) is kept by design: nothing shows it was ours (docs/controllers.md, "When a Node
+        // may be deleted").
+        let initialised = |node: &Node| {
+            let spec = node.spec.as_ref();
+            spec.and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|p| !p.is_empty())
+                || !spec.and_then(|s| s.taints.as_ref()).is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.key == ccm_core::well_known::TAINT_UNINITIALIZED)
+                })
+        };
         v.nodes_kept_without_instance = chaos
             .terminated
             .iter()
-            .filter(|n| self.nodes.contains_key(*n))
+            .filter(|n| self.nodes.get(*n).is_some_and(initialised))
             .count();
         v.nodes_without_pod_cidr = self
             .nodes

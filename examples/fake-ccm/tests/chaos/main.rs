@@ -5,7 +5,7 @@
 //! and deleted, the cloud fails a share of calls and the API server injects faults. At the
 //! end, with every fault off, it waits for convergence and checks the invariants: no load
 //! balancer leaked or missing, hosts and ports right, no Node deleted while its instance
-//! existed, every Node whose instance is gone deleted, routes equal to the pod CIDRs, no
+//! existed, every initialised Node whose instance is gone deleted, routes equal to the pod CIDRs, no
 //! finalizer left on a deleted Service, no panic, no exit on its own, memory bounded.
 //!
 //! `chaos_ci` runs in CI (fixed seed, 20 kills). The long run is ignored by default:

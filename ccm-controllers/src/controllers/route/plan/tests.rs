@@ -18,6 +18,7 @@ fn node(name: &str, cidrs: &[&str]) -> NodeInfo {
         pod_cidrs: cidrs.iter().map(|c| (*c).to_owned()).collect(),
         addresses: vec![addr("InternalIP", "192.168.0.1"), addr("Hostname", name)],
         network_unavailable: None,
+        managed: true,
     }
 }
 
@@ -754,4 +755,22 @@ fn many_nodes_plan_in_order() {
     let p = plan(&nodes, &[], &v4());
     assert_eq!(p.creates.len(), 300);
     assert_eq!(p.nodes.len(), 300);
+}
+
+#[test]
+fn a_foreign_node_is_neither_routed_nor_unrouted() {
+    // `other` is another cloud's Node: no route for its CIDR, no condition, and the route a
+    // previous version created for it (and its blackhole) are left alone; `ours` as usual.
+    let mut other = node("other", &["10.244.2.0/24"]);
+    other.managed = false;
+    let mut stale = route("other", "10.244.9.0/24");
+    stale.blackhole = true;
+    let routes = [route("other", "10.244.1.0/24"), stale];
+    let p = plan(&[node("ours", &["10.244.0.0/24"]), other], &routes, &v4());
+    assert_eq!(
+        create_cidrs(&p),
+        vec![("ours".to_owned(), "10.244.0.0/24".to_owned())]
+    );
+    assert!(p.deletes.is_empty(), "{:?}", delete_names(&p));
+    assert!(!p.nodes.contains_key("other"));
 }

@@ -22,6 +22,7 @@ use crate::controllers::service::cloud::{self, CallError};
 use crate::controllers::service::metrics::ServiceMetrics;
 use crate::controllers::service::plan::{self, HostChange, HostKey, NodeSyncTimer};
 use crate::machinery::informer::{Change, Subscription};
+use crate::machinery::ownership::Ownership;
 
 /// The eligible hosts at one generation of the Node informer, built once and shared by every
 /// load balancer synced while the Nodes do not change.
@@ -77,9 +78,22 @@ pub(super) async fn node_events(
             change = changes.recv() => change,
         };
         let Some(change) = change else { return };
+        let ownership = shared.ctx.ownership();
+        fn ours<'a>(o: &Ownership, node: Option<&'a NodeView>) -> Option<&'a NodeView> {
+            node.filter(|n| o.owns(*n))
+        }
+        // A foreign Node (machinery/ownership.rs) is never a host: to the host sets, a Node
+        // becoming foreign leaves and one becoming ours joins.
         let host_change = match &change {
-            Change::Applied { old, new } => plan::host_change(old.as_ref(), Some(new)),
-            Change::Deleted(gone) => plan::host_change(Some(gone), None),
+            Change::Applied { old, new } => {
+                match (ours(ownership, old.as_ref()), ours(ownership, Some(new))) {
+                    (None, None) => None,
+                    (old, new) => plan::host_change(old, new),
+                }
+            }
+            Change::Deleted(gone) => {
+                ours(ownership, Some(gone)).and_then(|g| plan::host_change(Some(g), None))
+            }
             Change::Resync => Some(HostChange::Removal),
         };
         if let Some(host_change) = host_change
@@ -152,7 +166,9 @@ impl Reconciler {
         if let Some(set) = previous.as_ref().filter(|s| s.generation == generation) {
             return set.clone();
         }
-        let hosts = plan::eligible_hosts(&self.ctx.nodes.list());
+        let mut nodes = self.ctx.nodes.list();
+        nodes.retain(|n| self.ctx.ownership().owns(n));
+        let hosts = plan::eligible_hosts(&nodes);
         let keys = plan::host_keys(&hosts);
         // Keep sharing the previous key list when only irrelevant fields of Nodes changed.
         let keys: Arc<[HostKey]> = match previous {
