@@ -12,6 +12,8 @@
 //! counter, `_bucket`/`_sum`/`_count` of a histogram, as the expressions write them).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -22,6 +24,7 @@ use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 use regex::Regex;
+use support::free_port;
 
 const TOKEN: &str = "monitoring-test-scraper-token";
 const SCRAPER: &str = "system:serviceaccount:monitoring:prometheus";
@@ -297,15 +300,6 @@ fn every_rule_is_tested_and_every_alert_has_a_runbook() {
         silent.len() >= 8,
         "alerts with an empty expectation: {silent:?}"
     );
-}
-
-/// A free port on 127.0.0.1 for a process's `--secure-port`.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Ccm {

@@ -12,6 +12,8 @@ use pprof::protos::Message as _;
 
 mod support;
 
+use support::free_port;
+
 const PROFILER: &str = "profiler-token";
 const NOBODY: &str = "nobody-token";
 
@@ -21,15 +23,6 @@ fn https() -> reqwest::Client {
         .timeout(Duration::from_secs(60))
         .build()
         .unwrap()
-}
-
-/// A port nothing listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Starts fake-ccm serving on a free port; returns it and the base URL once `/healthz`

@@ -48,3 +48,12 @@ pub(crate) async fn stop(ccm: &mut tokio::process::Child) -> ExitStatus {
         .unwrap()
         .unwrap()
 }
+
+/// A port on 127.0.0.1 nothing listens on right now, for a process's `--secure-port`.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
