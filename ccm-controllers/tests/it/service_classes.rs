@@ -81,7 +81,8 @@ async fn a_provider_serves_the_classes_it_declares_and_no_other() {
         assert!(plan::has_cleanup_finalizer(&s), "{name}");
         let lb = cloud_lbs(&fake, &ns).remove(&key(&s)).unwrap();
         assert_eq!(lb.class.as_deref(), class_of(&s), "{name}");
-        assert_eq!(lb.hosts, std::slice::from_ref(&n1));
+        // Other tests' Nodes may be hosts too on a shared cluster.
+        assert!(lb.hosts.contains(&n1), "{name}: {:?}", lb.hosts);
     }
     // The Events of a classed Service say the class; Go's notes stay as they are without one.
     assert_eq!(

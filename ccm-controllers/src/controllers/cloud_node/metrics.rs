@@ -1,5 +1,6 @@
 //! Metrics of the cloud-node controller.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ccm_core::well_known::TAINT_UNINITIALIZED;
@@ -12,6 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use crate::machinery::informer::Informer;
 use crate::machinery::metrics::MetricsRegistry;
+use crate::machinery::ownership::Ownership;
 
 /// Labels of the reconcile counters: what was reconciled and how it ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -129,8 +131,13 @@ enum Uninitialised {
 /// Node informer's store at each scrape (one pass over the store's views: about a
 /// millisecond at 100,000 Nodes). Go exposes no such gauge: its taint-removal histogram only
 /// shows a Node once it is initialised, so a Node that never is stays invisible there.
+///
+/// Only Nodes this cloud-controller-manager owns count (`machinery/ownership.rs`): another
+/// cloud's Node waiting for its own cloud-controller-manager is not ours to initialise, so it
+/// must not fire our "Nodes uninitialised for too long" alert.
 struct UninitialisedNodes {
     nodes: Informer<Node, NodeView>,
+    ownership: Arc<Ownership>,
     measure: Uninitialised,
 }
 
@@ -145,7 +152,9 @@ impl std::fmt::Debug for UninitialisedNodes {
 impl EncodeMetric for UninitialisedNodes {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let nodes = self.nodes.list();
-        let tainted = nodes.iter().filter(|n| n.has_taint(TAINT_UNINITIALIZED));
+        let tainted = nodes
+            .iter()
+            .filter(|n| n.has_taint(TAINT_UNINITIALIZED) && self.ownership.owns(*n));
         let value = match self.measure {
             Uninitialised::Count => tainted.count() as f64,
             Uninitialised::OldestAge => tainted
@@ -161,22 +170,28 @@ impl EncodeMetric for UninitialisedNodes {
 }
 
 /// Registers `node_controller_uninitialized_nodes` and
-/// `node_controller_oldest_uninitialized_node_age_seconds`, computed from `nodes` at each
-/// scrape (once per `run`).
-pub(crate) fn register_uninitialised(registry: &MetricsRegistry, nodes: &Informer<Node, NodeView>) {
+/// `node_controller_oldest_uninitialized_node_age_seconds`, computed at each scrape from the
+/// Nodes in `nodes` that `ownership` says are ours (once per `run`).
+pub(crate) fn register_uninitialised(
+    registry: &MetricsRegistry,
+    nodes: &Informer<Node, NodeView>,
+    ownership: &Arc<Ownership>,
+) {
     registry.register(
         "node_controller_uninitialized_nodes",
-        "Nodes that still carry the node.cloudprovider.kubernetes.io/uninitialized taint",
+        "Nodes of this cloud-controller-manager (not foreign ones) that still carry the node.cloudprovider.kubernetes.io/uninitialized taint",
         UninitialisedNodes {
             nodes: nodes.clone(),
+            ownership: ownership.clone(),
             measure: Uninitialised::Count,
         },
     );
     registry.register(
         "node_controller_oldest_uninitialized_node_age_seconds",
-        "Seconds since the creation of the oldest Node that still carries the node.cloudprovider.kubernetes.io/uninitialized taint; 0 when every Node is initialised",
+        "Seconds since the creation of the oldest Node of this cloud-controller-manager (not a foreign one) that still carries the node.cloudprovider.kubernetes.io/uninitialized taint; 0 when every one is initialised",
         UninitialisedNodes {
             nodes: nodes.clone(),
+            ownership: ownership.clone(),
             measure: Uninitialised::OldestAge,
         },
     );

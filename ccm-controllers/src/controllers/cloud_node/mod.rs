@@ -158,7 +158,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     };
 
     let metrics = CloudNodeMetrics::register(&ctx.metrics);
-    metrics::register_uninitialised(&ctx.metrics, &ctx.nodes);
+    metrics::register_uninitialised(&ctx.metrics, &ctx.nodes, ctx.ownership());
     let recorder = ctx.recorder(EVENT_COMPONENT);
     let shared = Arc::new(Reconciler::new(ctx.clone(), recorder, metrics));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);

@@ -308,8 +308,9 @@ async fn a_kubelet_status_write_during_initialization_costs_no_round_trip() {
 
 /// A Node the cloud never answers for stays tainted: the gauges read from the Node store at
 /// each scrape count it and show its age (what the alert "Nodes uninitialised for too long"
-/// reads); once the cloud answers it is initialised and no longer counted. Other tests' Nodes
-/// may be in the cluster too: the count is compared with the tainted Nodes the API lists.
+/// reads); another cloud's tainted Node (its provider ID names another provider) is not
+/// counted; once the cloud answers ours is initialised and no longer counted. The controller's
+/// informer sees only this test's Nodes, so the counts are exact on a shared cluster too.
 #[tokio::test]
 async fn uninitialised_nodes_are_counted_with_the_oldest_ones_age() {
     use crate::support::service::metric_value;
@@ -319,24 +320,25 @@ async fn uninitialised_nodes_are_counted_with_the_oldest_ones_age() {
         "instance_metadata",
         Fault::FailWithProbability { p: 1.0, seed: 1 },
     );
+    // Another cloud's Node, older than ours, waiting for its own cloud-controller-manager.
+    let foreign = t.name("other-cloud");
+    t.create(
+        &t.registered_node(&foreign)
+            .provider_id(&format!("other://{foreign}"))
+            .build(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let name = t.name("stuck");
     let created = t.create(&t.registered_node(&name).build()).await;
     let created_at = created.metadata.creation_timestamp.clone().unwrap().0;
     let running = t
         .run_cloud_node(fake.provider(), quiet_cloud_node_config())
         .await;
-    let tainted_in_api = || async {
-        let list = t.nodes.list(&Default::default()).await.unwrap();
-        list.items
-            .iter()
-            .filter(|n| has_taint(n, TAINT_UNINITIALIZED))
-            .count() as f64
-    };
+    let count = |text: &str| metric_value(text, "node_controller_uninitialized_nodes");
     assert!(
         eventually(TIMEOUT, || async {
-            fake.call_count("instance_metadata") >= 2
-                && metric_value(&running.metrics(), "node_controller_uninitialized_nodes")
-                    == tainted_in_api().await
+            fake.call_count("instance_metadata") >= 2 && count(&running.metrics()) == 1.0
         })
         .await,
         "{}",
@@ -350,28 +352,49 @@ async fn uninitialised_nodes_are_counted_with_the_oldest_ones_age() {
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let text = running.metrics();
-    assert!(metric_value(&text, "node_controller_uninitialized_nodes") >= 1.0);
-    // The oldest is at least as old as ours (ours is among them).
-    let ours = jiff::Timestamp::now()
+    let before = jiff::Timestamp::now()
         .duration_since(created_at)
         .as_secs_f64();
+    let text = running.metrics();
+    let after = jiff::Timestamp::now()
+        .duration_since(created_at)
+        .as_secs_f64();
+    assert_eq!(count(&text), 1.0, "{text}");
+    // The oldest is ours, not the older foreign one (the API's timestamps have whole seconds).
     let oldest = metric_value(
         &text,
         "node_controller_oldest_uninitialized_node_age_seconds",
     );
-    assert!(oldest >= ours - 0.5, "oldest {oldest} s, ours {ours} s");
+    assert!(
+        oldest >= before - 0.5 && oldest <= after + 0.5,
+        "oldest {oldest} s, ours {before}..{after} s"
+    );
+    assert!(
+        running
+            .metrics()
+            .contains("node_controller_foreign_nodes{reason=\"provider_id\"} 1"),
+        "{}",
+        running.metrics()
+    );
 
     fake.clear_faults();
     t.wait_initialized(&name).await;
     assert!(
-        eventually(TIMEOUT, || async {
-            metric_value(&running.metrics(), "node_controller_uninitialized_nodes")
-                == tainted_in_api().await
-        })
-        .await,
+        eventually(TIMEOUT, || async { count(&running.metrics()) == 0.0 }).await,
         "{}",
         running.metrics()
+    );
+    assert_eq!(
+        metric_value(
+            &running.metrics(),
+            "node_controller_oldest_uninitialized_node_age_seconds"
+        ),
+        0.0
+    );
+    let still = t.nodes.get(&foreign).await.unwrap();
+    assert!(
+        has_taint(&still, TAINT_UNINITIALIZED),
+        "the foreign Node is left alone"
     );
     running.stop().await.unwrap();
     t.cluster.cleanup().await;
