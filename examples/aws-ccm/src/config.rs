@@ -3,7 +3,9 @@
 //! ```yaml
 //! region: eu-west-1                 # required
 //! vpc: vpc-0abc                     # required: the VPC of the Nodes (target groups live in it)
-//! subnets: [subnet-0a, subnet-0b]   # required for load balancers: where NLBs are placed
+//! subnets: [subnet-0a, subnet-0b]   # where the NLBs of Services without a class go
+//! internalSubnets: [subnet-0c]      # optional: where internal NLBs (class
+//!                                   # aws-ccm.ccm-rs.io/internal-nlb) go; default `subnets`
 //! routeTable: rtb-0abc              # optional: pod-CIDR routes go here (no routes without it)
 //! endpointUrl: http://127.0.0.1:5000  # optional: one endpoint for EC2 and ELBv2 (moto, a proxy)
 //! loadBalancerScheme: internet-facing # or internal (default internet-facing)
@@ -23,9 +25,15 @@ pub struct AwsConfig {
     pub region: String,
     /// The VPC of the cluster's instances; target groups are created in it.
     pub vpc: String,
-    /// The subnets network load balancers are placed in.
+    /// The subnets the network load balancers of Services without a class are placed in; no
+    /// load balancers for them without subnets.
     #[serde(default)]
     pub subnets: Vec<String>,
+    /// The subnets the internal network load balancers of class
+    /// [`INTERNAL_NLB_CLASS`](crate::INTERNAL_NLB_CLASS) are placed in (typically private
+    /// ones). Unset: [`subnets`](Self::subnets); empty: the class is not served.
+    #[serde(default)]
+    pub internal_subnets: Option<Vec<String>>,
     /// The route table pod-CIDR routes are written to; no route capability without it.
     #[serde(default)]
     pub route_table: Option<String>,
@@ -56,6 +64,11 @@ impl AwsConfig {
         Ok(config)
     }
 
+    /// The subnets of the internal network load balancers: `internalSubnets`, else `subnets`.
+    pub fn internal_load_balancer_subnets(&self) -> &[String] {
+        self.internal_subnets.as_deref().unwrap_or(&self.subnets)
+    }
+
     /// The delay of the `CloudError::Retry` answered for a provisioning load balancer.
     pub fn provisioning_retry(&self) -> Duration {
         Duration::from_secs(self.provisioning_retry_seconds.max(1))
@@ -68,6 +81,9 @@ impl AwsConfig {
         expect_prefix("vpc", &self.vpc, "vpc-")?;
         for subnet in &self.subnets {
             expect_prefix("subnets", subnet, "subnet-")?;
+        }
+        for subnet in self.internal_subnets.iter().flatten() {
+            expect_prefix("internalSubnets", subnet, "subnet-")?;
         }
         if let Some(table) = &self.route_table {
             expect_prefix("routeTable", table, "rtb-")?;
@@ -122,14 +138,38 @@ mod tests {
     }
 
     #[test]
+    fn internal_subnets_default_to_subnets_and_an_empty_list_means_none() {
+        let subnets = |text: &str| {
+            AwsConfig::parse(format!("region: r\nvpc: vpc-1\n{text}").as_bytes())
+                .map(|c| c.internal_load_balancer_subnets().to_vec())
+                .map_err(|e| e.to_string())
+        };
+        let ids = |ids: &[&str]| Ok(ids.iter().map(|s| (*s).to_owned()).collect());
+        assert_eq!(subnets("subnets: [subnet-a]\n"), ids(&["subnet-a"]));
+        assert_eq!(
+            subnets("subnets: [subnet-a]\ninternalSubnets: [subnet-b, subnet-c]\n"),
+            ids(&["subnet-b", "subnet-c"])
+        );
+        assert_eq!(
+            subnets("subnets: [subnet-a]\ninternalSubnets: []\n"),
+            ids(&[])
+        );
+        assert_eq!(subnets(""), ids(&[]));
+    }
+
+    #[test]
     fn names_the_bad_field() {
-        let cases: [(&[u8], &str); 6] = [
+        let cases: [(&[u8], &str); 7] = [
             (b"vpc: vpc-1\n", "missing field `region`"),
             (b"region: ''\nvpc: vpc-1\n", "`region` must not be empty"),
             (b"region: r\nvpc: v-1\n", "`vpc` \"v-1\""),
             (
                 b"region: r\nvpc: vpc-1\nsubnets: [sub-1]\n",
                 "`subnets` \"sub-1\"",
+            ),
+            (
+                b"region: r\nvpc: vpc-1\ninternalSubnets: [subnet-1, net-2]\n",
+                "`internalSubnets` \"net-2\"",
             ),
             (
                 b"region: r\nvpc: vpc-1\nrouteTables: rtb-1\n",

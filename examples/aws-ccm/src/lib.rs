@@ -2,6 +2,10 @@
 //! batch `InstancesBatch`), ELBv2 network load balancers (`LoadBalancer` and the batch
 //! `LoadBalancerHostsBatch`) and VPC routes (`Routes`), through the official AWS SDK.
 //!
+//! Two load-balancer classes: Services without a class get network load balancers of the
+//! configured scheme in `subnets`, Services of class [`INTERNAL_NLB_CLASS`] internal ones in
+//! `internalSubnets` (one implementation, [`NetworkLoadBalancers`], configured per kind).
+//!
 //! The provider registers itself as `aws`; the binary (`src/main.rs`) is the framework's
 //! template. See the crate's README for the cloud-config and every difference from the public
 //! AWS cloud-controller-manager.
@@ -10,9 +14,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use aws_credential_types::Credentials;
+use aws_sdk_elasticloadbalancingv2::types::LoadBalancerSchemeEnum;
 use ccm_core::{
-    BoxError, CloudProvider, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerHostsBatch,
-    Routes, register_cloud_provider,
+    BoxError, CloudProvider, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerClasses,
+    LoadBalancerHostsBatch, Routes, register_cloud_provider,
 };
 
 pub mod clients;
@@ -25,16 +30,42 @@ pub mod target_groups;
 
 pub use clients::{Clients, RequestCounter};
 pub use config::AwsConfig;
+use load_balancer::NlbKind;
+pub use load_balancer::{INTERNAL_NLB_CLASS, NetworkLoadBalancers};
 
-/// The AWS provider: one set of SDK clients and the cloud-config.
+/// How often the framework called each provider method, by method name; shared by the
+/// provider and its load-balancer implementations.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct CallCounts(Arc<Mutex<BTreeMap<&'static str, u64>>>);
+
+impl CallCounts {
+    pub(crate) fn count(&self, method: &'static str) {
+        let mut calls = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *calls.entry(method).or_default() += 1;
+    }
+
+    fn get(&self) -> BTreeMap<&'static str, u64> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The AWS provider: one set of SDK clients, the cloud-config and a load-balancer
+/// implementation per class served.
 #[derive(Debug)]
 pub struct AwsCloud {
     config: AwsConfig,
     clients: Clients,
-    locks: load_balancer::Locks,
+    /// One per kind with subnets: Services without a class, [`INTERNAL_NLB_CLASS`].
+    load_balancers: Vec<NetworkLoadBalancers>,
     batch: bool,
     page_size: i32,
-    calls: Mutex<BTreeMap<&'static str, u64>>,
+    calls: CallCounts,
 }
 
 impl AwsCloud {
@@ -42,14 +73,47 @@ impl AwsCloud {
     /// (environment, profile, web identity, ECS, IMDS); tests pass static ones.
     pub fn new(config: AwsConfig, credentials: Option<Credentials>) -> AwsCloud {
         let clients = Clients::new(&config, credentials);
+        let calls = CallCounts::default();
+        let locks = Arc::new(load_balancer::Locks::default());
+        let load_balancers = Self::nlb_kinds(&config)
+            .into_iter()
+            .filter(|kind| !kind.subnets.is_empty())
+            .map(|kind| {
+                let elb = clients.elb.clone();
+                NetworkLoadBalancers::new(kind, &config, elb, locks.clone(), calls.clone())
+            })
+            .collect();
         AwsCloud {
             config,
             clients,
-            locks: Default::default(),
+            load_balancers,
             batch: true,
             page_size: instances::PAGE_SIZE,
-            calls: Mutex::default(),
+            calls,
         }
+    }
+
+    /// The kinds of network load balancer the cloud-config asks for, by class; a kind without
+    /// subnets is not served.
+    fn nlb_kinds(config: &AwsConfig) -> Vec<NlbKind> {
+        vec![
+            NlbKind {
+                class: None,
+                scheme: LoadBalancerSchemeEnum::from(config.load_balancer_scheme.as_str()),
+                subnets: config.subnets.clone(),
+            },
+            NlbKind {
+                class: Some(INTERNAL_NLB_CLASS),
+                scheme: LoadBalancerSchemeEnum::Internal,
+                subnets: config.internal_load_balancer_subnets().to_vec(),
+            },
+        ]
+    }
+
+    /// The load-balancer implementation of a declared class (`None`: Services without a
+    /// class), if the cloud-config gives it subnets.
+    pub fn network_load_balancers(&self, class: Option<&str>) -> Option<&NetworkLoadBalancers> {
+        self.load_balancers.iter().find(|lbs| lbs.class() == class)
     }
 
     /// Turns the batch capabilities (`InstancesBatch`, `LoadBalancerHostsBatch`) off or on
@@ -84,18 +148,11 @@ impl AwsCloud {
     /// How often the framework called each provider method so far (the calls its cloud-call
     /// budget counts), by method name.
     pub fn cloud_calls(&self) -> BTreeMap<&'static str, u64> {
-        self.calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.calls.get()
     }
 
     fn count(&self, method: &'static str) {
-        let mut calls = self
-            .calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *calls.entry(method).or_default() += 1;
+        self.calls.count(method);
     }
 }
 
@@ -113,12 +170,42 @@ impl CloudProvider for AwsCloud {
     }
 
     fn load_balancer(&self) -> Option<&dyn LoadBalancer> {
-        (!self.config.subnets.is_empty()).then_some(self as &dyn LoadBalancer)
+        self.load_balancer_for_class(None)
     }
 
     fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
-        (self.batch && !self.config.subnets.is_empty())
-            .then_some(self as &dyn LoadBalancerHostsBatch)
+        self.load_balancer_hosts_batch_for_class(None)
+    }
+
+    /// Each kind with subnets. Without any: Services without a class, as a provider that
+    /// declares nothing (with no `load_balancer()`, the framework then skips the service
+    /// controller, as before classes).
+    fn load_balancer_classes(&self) -> LoadBalancerClasses {
+        if self.load_balancers.is_empty() {
+            return LoadBalancerClasses::default();
+        }
+        self.load_balancers
+            .iter()
+            .fold(LoadBalancerClasses::none(), |classes, lbs| {
+                match lbs.class() {
+                    None => classes.and_without_class(),
+                    Some(class) => classes.with_class(class),
+                }
+            })
+    }
+
+    fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {
+        self.network_load_balancers(class)
+            .map(|lbs| lbs as &dyn LoadBalancer)
+    }
+
+    fn load_balancer_hosts_batch_for_class(
+        &self,
+        class: Option<&str>,
+    ) -> Option<&dyn LoadBalancerHostsBatch> {
+        self.network_load_balancers(class)
+            .filter(|_| self.batch)
+            .map(|lbs| lbs as &dyn LoadBalancerHostsBatch)
     }
 
     fn routes(&self) -> Option<&dyn Routes> {
@@ -137,3 +224,81 @@ pub fn build_aws(cloud_config: Option<&[u8]>) -> Result<Arc<dyn CloudProvider>, 
 }
 
 register_cloud_provider!("aws", build_aws);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cloud(config: &str) -> AwsCloud {
+        let text = format!("region: us-east-1\nvpc: vpc-1\n{config}");
+        match AwsConfig::parse(text.as_bytes()) {
+            Ok(config) => AwsCloud::new(
+                config,
+                Some(Credentials::new("test", "test", None, None, "unit-test")),
+            ),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn scheme(cloud: &AwsCloud, class: Option<&str>) -> Option<&'static str> {
+        let scheme = cloud.network_load_balancers(class)?.scheme().clone();
+        Some(match scheme {
+            LoadBalancerSchemeEnum::Internal => "internal",
+            LoadBalancerSchemeEnum::InternetFacing => "internet-facing",
+            _ => "other",
+        })
+    }
+
+    #[test]
+    fn serves_the_internal_class_beside_the_default() {
+        let aws = cloud("subnets: [subnet-a]\n");
+        let classes = aws.load_balancer_classes();
+        assert_eq!(
+            classes.entries().collect::<Vec<_>>(),
+            [None, Some(INTERNAL_NLB_CLASS)]
+        );
+        assert_eq!(scheme(&aws, None), Some("internet-facing"));
+        assert_eq!(scheme(&aws, Some(INTERNAL_NLB_CLASS)), Some("internal"));
+        assert!(
+            aws.load_balancer_for_class(Some(INTERNAL_NLB_CLASS))
+                .is_some()
+        );
+        assert!(
+            aws.load_balancer_for_class(Some("service.k8s.aws/nlb"))
+                .is_none()
+        );
+        assert!(
+            aws.load_balancer_hosts_batch_for_class(Some(INTERNAL_NLB_CLASS))
+                .is_some()
+        );
+        let unbatched = cloud("subnets: [subnet-a]\n").with_batch(false);
+        assert!(
+            unbatched
+                .load_balancer_hosts_batch_for_class(Some(INTERNAL_NLB_CLASS))
+                .is_none()
+        );
+        assert!(unbatched.load_balancer_hosts_batch().is_none());
+    }
+
+    #[test]
+    fn the_cloud_config_picks_the_kinds_served() {
+        // Only internal subnets: the internal class alone.
+        let aws = cloud("internalSubnets: [subnet-b]\n");
+        assert_eq!(
+            aws.load_balancer_classes().entries().collect::<Vec<_>>(),
+            [Some(INTERNAL_NLB_CLASS)]
+        );
+        assert!(aws.load_balancer().is_none());
+        // An empty internalSubnets turns the class off.
+        let aws = cloud("subnets: [subnet-a]\ninternalSubnets: []\nloadBalancerScheme: internal\n");
+        assert_eq!(
+            aws.load_balancer_classes().entries().collect::<Vec<_>>(),
+            [None]
+        );
+        assert_eq!(scheme(&aws, None), Some("internal"));
+        // No subnets at all: Go's default declaration, and no load balancer.
+        let aws = cloud("");
+        assert_eq!(aws.load_balancer_classes(), LoadBalancerClasses::default());
+        assert!(aws.load_balancer_for_class(None).is_none());
+    }
+}

@@ -1,4 +1,4 @@
-//! `LoadBalancer` and `LoadBalancerHostsBatch` as ELBv2 network load balancers.
+//! `LoadBalancer` and `LoadBalancerHostsBatch` as ELBv2 network load balancers, in two kinds.
 //!
 //! Per Service: one NLB named `a<uid without dashes>` (32 characters at most, the name the
 //! AWS cloud provider uses), one target group and one TCP/UDP listener per Service port
@@ -8,9 +8,15 @@
 //! balancer's name; deletion removes exactly what carries those tags. A load balancer still
 //! `provisioning` answers `CloudError::Retry`: its status (the DNS name as ingress hostname)
 //! is written once it is `active`.
+//!
+//! [`NetworkLoadBalancers`] is the implementation of one load-balancer class: Services without
+//! a class get NLBs of the configured scheme in `subnets`, Services of class
+//! [`INTERNAL_NLB_CLASS`] internal NLBs in `internalSubnets`. The two differ in the scheme and
+//! the subnets only; everything else is this module's code, shared.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use aws_sdk_elasticloadbalancingv2::types::{
     Action, ActionTypeEnum, Listener, LoadBalancerSchemeEnum, LoadBalancerStateEnum,
@@ -24,10 +30,16 @@ use ccm_core::{
 use futures::StreamExt;
 use tracing::{info, warn};
 
-use crate::AwsCloud;
+use crate::CallCounts;
 use crate::errors::{code, to_cloud_error};
 use crate::instances::instance_id_from_provider_id;
 use crate::target_groups::{PortSpec, tag};
+
+/// The load-balancer class of internal network load balancers: a Service with this
+/// `spec.loadBalancerClass` gets an NLB of scheme `internal` (private IP addresses only) in the
+/// cloud-config's `internalSubnets`. Under the example's own domain: `service.k8s.aws/nlb` is
+/// the AWS Load Balancer Controller's and `eks.amazonaws.com/nlb` EKS Auto Mode's.
+pub const INTERNAL_NLB_CLASS: &str = "aws-ccm.ccm-rs.io/internal-nlb";
 
 /// The tag naming the Service that owns a load balancer or target group.
 pub const SERVICE_TAG: &str = "kubernetes.io/service-name";
@@ -137,17 +149,77 @@ fn host_instances(hosts: &[NodeView]) -> BTreeSet<String> {
 
 type ElbLoadBalancer = aws_sdk_elasticloadbalancingv2::types::LoadBalancer;
 
-impl AwsCloud {
+/// The network load balancers of one load-balancer class: the `LoadBalancer` and
+/// `LoadBalancerHostsBatch` implementation that [`AwsCloud`](crate::AwsCloud) returns for it.
+/// Kinds differ in their scheme and subnets; they share the SDK client, the per-name locks
+/// (a load balancer's name comes from the Service's UID, whatever its class) and the call
+/// counts.
+#[derive(Debug)]
+pub struct NetworkLoadBalancers {
+    class: Option<&'static str>,
+    scheme: LoadBalancerSchemeEnum,
+    subnets: Vec<String>,
+    pub(crate) vpc: String,
+    provisioning_retry: Duration,
+    pub(crate) elb: aws_sdk_elasticloadbalancingv2::Client,
+    locks: Arc<Locks>,
+    calls: CallCounts,
+}
+
+/// What makes one kind of network load balancer: the class it serves (`None`: Services
+/// without a class), its scheme and its subnets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NlbKind {
+    /// The declared load-balancer class; `None`: Services without a class.
+    pub(crate) class: Option<&'static str>,
+    /// `internet-facing` or `internal`.
+    pub(crate) scheme: LoadBalancerSchemeEnum,
+    /// The subnets the load balancers are placed in (at least one).
+    pub(crate) subnets: Vec<String>,
+}
+
+impl NetworkLoadBalancers {
+    pub(crate) fn new(
+        kind: NlbKind,
+        config: &crate::AwsConfig,
+        elb: aws_sdk_elasticloadbalancingv2::Client,
+        locks: Arc<Locks>,
+        calls: CallCounts,
+    ) -> NetworkLoadBalancers {
+        NetworkLoadBalancers {
+            class: kind.class,
+            scheme: kind.scheme,
+            subnets: kind.subnets,
+            vpc: config.vpc.clone(),
+            provisioning_retry: config.provisioning_retry(),
+            elb,
+            locks,
+            calls,
+        }
+    }
+
+    /// The load-balancer class served (`None`: Services without a class).
+    pub fn class(&self) -> Option<&'static str> {
+        self.class
+    }
+
+    /// The scheme of the load balancers created.
+    pub fn scheme(&self) -> &LoadBalancerSchemeEnum {
+        &self.scheme
+    }
+
+    /// What these load balancers are for, in messages: "Services without a class" or
+    /// "Services of class ...".
+    fn served(&self) -> String {
+        match self.class {
+            None => "Services without a class".to_owned(),
+            Some(class) => format!("Services of class {class}"),
+        }
+    }
+
     /// The load balancer called `name`, if any.
     async fn find_load_balancer(&self, name: &str) -> CloudResult<Option<ElbLoadBalancer>> {
-        match self
-            .clients
-            .elb
-            .describe_load_balancers()
-            .names(name)
-            .send()
-            .await
-        {
+        match self.elb.describe_load_balancers().names(name).send().await {
             Ok(out) => Ok(out.load_balancers().first().cloned()),
             Err(e) if code(&e) == Some("LoadBalancerNotFound") => Ok(None),
             Err(e) => Err(to_cloud_error("DescribeLoadBalancers", e)),
@@ -156,7 +228,6 @@ impl AwsCloud {
 
     async fn tags_of(&self, arn: &str) -> CloudResult<Vec<Tag>> {
         let out = self
-            .clients
             .elb
             .describe_tags()
             .resource_arns(arn)
@@ -172,7 +243,6 @@ impl AwsCloud {
 
     async fn listeners(&self, lb_arn: &str) -> CloudResult<Vec<Listener>> {
         let out = self
-            .clients
             .elb
             .describe_listeners()
             .load_balancer_arn(lb_arn)
@@ -207,6 +277,7 @@ impl AwsCloud {
                         owner.lb_name, owner.service, owner.cluster
                     )));
                 }
+                self.check_scheme(owner, &lb)?;
                 lb
             }
             None => self.create_load_balancer(owner).await?,
@@ -233,8 +304,7 @@ impl AwsCloud {
                 .build();
             match listeners.remove(&spec.port) {
                 None => {
-                    self.clients
-                        .elb
+                    self.elb
                         .create_listener()
                         .load_balancer_arn(&lb_arn)
                         .port(spec.port)
@@ -254,8 +324,7 @@ impl AwsCloud {
                         && listener.protocol() == Some(&spec.protocol_enum());
                     if !same {
                         repointed = true;
-                        self.clients
-                            .elb
+                        self.elb
                             .modify_listener()
                             .listener_arn(listener.listener_arn().unwrap_or_default())
                             .protocol(spec.protocol_enum())
@@ -271,7 +340,6 @@ impl AwsCloud {
         for listener in listeners.values() {
             repointed = true;
             match self
-                .clients
                 .elb
                 .delete_listener()
                 .listener_arn(listener.listener_arn().unwrap_or_default())
@@ -304,7 +372,7 @@ impl AwsCloud {
         match lb.state().and_then(|s| s.code()) {
             Some(LoadBalancerStateEnum::Active) => Ok(Self::status(&lb)),
             Some(LoadBalancerStateEnum::Provisioning) | None => Err(CloudError::retry(
-                self.config.provisioning_retry(),
+                self.provisioning_retry,
                 format!("load balancer {} is still provisioning", owner.lb_name),
             )),
             Some(other) => Err(CloudError::msg(format!(
@@ -315,27 +383,39 @@ impl AwsCloud {
         }
     }
 
-    async fn create_load_balancer(&self, owner: &Owner) -> CloudResult<ElbLoadBalancer> {
-        if self.config.subnets.is_empty() {
-            return Err(CloudError::msg(
-                "the cloud config lists no `subnets` for load balancers",
-            ));
+    /// An existing load balancer of another scheme is an error, never used: AWS cannot change
+    /// the scheme of a load balancer, and an internet-facing one for a Service that asked for
+    /// an internal one would expose it. (The AWS cloud provider leaves a "TODO: Sync internal
+    /// vs non-internal" here and keeps the load balancer it finds.)
+    fn check_scheme(&self, owner: &Owner, lb: &ElbLoadBalancer) -> CloudResult<()> {
+        match lb.scheme() {
+            Some(scheme) if *scheme != self.scheme => Err(CloudError::msg(format!(
+                "load balancer {} of {} is {}, but {} get {} load balancers here, and AWS cannot change the scheme of a load balancer: not using it (delete and recreate the Service for a new load balancer, or restore the cloud-config or --load-balancer-classes that created it)",
+                owner.lb_name,
+                owner.service,
+                scheme.as_str(),
+                self.served(),
+                self.scheme.as_str()
+            ))),
+            _ => Ok(()),
         }
+    }
+
+    async fn create_load_balancer(&self, owner: &Owner) -> CloudResult<ElbLoadBalancer> {
         let out = self
-            .clients
             .elb
             .create_load_balancer()
             .name(&owner.lb_name)
             .r#type(LoadBalancerTypeEnum::Network)
-            .scheme(LoadBalancerSchemeEnum::from(
-                self.config.load_balancer_scheme.as_str(),
-            ))
-            .set_subnets(Some(self.config.subnets.clone()))
+            .scheme(self.scheme.clone())
+            .set_subnets(Some(self.subnets.clone()))
             .set_tags(Some(owner.tags()))
             .send()
             .await
             .map_err(|e| to_cloud_error("CreateLoadBalancer", e))?;
-        info!(load_balancer = %owner.lb_name, service = %owner.service, "created network load balancer");
+        info!(load_balancer = %owner.lb_name, service = %owner.service,
+            scheme = self.scheme.as_str(), class = self.class.unwrap_or("-"),
+            "created network load balancer");
         out.load_balancers()
             .first()
             .cloned()
@@ -368,7 +448,6 @@ impl AwsCloud {
             let arn = lb.load_balancer_arn().unwrap_or_default().to_owned();
             if owner.owns(&self.tags_of(&arn).await?) {
                 match self
-                    .clients
                     .elb
                     .delete_load_balancer()
                     .load_balancer_arn(&arn)
@@ -397,13 +476,13 @@ impl AwsCloud {
 }
 
 #[async_trait]
-impl LoadBalancer for AwsCloud {
+impl LoadBalancer for NetworkLoadBalancers {
     async fn get_load_balancer(
         &self,
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<Option<LoadBalancerStatus>> {
-        self.count("get_load_balancer");
+        self.calls.count("get_load_balancer");
         let owner = Owner::new(cluster_name, service);
         match self.find_load_balancer(&owner.lb_name).await? {
             Some(lb)
@@ -436,7 +515,7 @@ impl LoadBalancer for AwsCloud {
         service: &Service,
         hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerStatus> {
-        self.count("ensure_load_balancer");
+        self.calls.count("ensure_load_balancer");
         let owner = Owner::new(cluster_name, service);
         let lock = self.locks.get(&owner.lb_name);
         let _guard = lock.lock().await;
@@ -449,7 +528,7 @@ impl LoadBalancer for AwsCloud {
         service: &Service,
         hosts: &[NodeView],
     ) -> CloudResult<()> {
-        self.count("update_load_balancer");
+        self.calls.count("update_load_balancer");
         let owner = Owner::new(cluster_name, service);
         let lock = self.locks.get(&owner.lb_name);
         let _guard = lock.lock().await;
@@ -467,7 +546,7 @@ impl LoadBalancer for AwsCloud {
         cluster_name: &str,
         service: &Service,
     ) -> CloudResult<()> {
-        self.count("ensure_load_balancer_deleted");
+        self.calls.count("ensure_load_balancer_deleted");
         let owner = Owner::new(cluster_name, service);
         let lock = self.locks.get(&owner.lb_name);
         let _guard = lock.lock().await;
@@ -484,7 +563,7 @@ impl LoadBalancer for AwsCloud {
 /// per-call timeout (`--cloud-api-timeout`), which cancels the whole batch and falls back to
 /// single updates. They run concurrently instead.
 #[async_trait]
-impl LoadBalancerHostsBatch for AwsCloud {
+impl LoadBalancerHostsBatch for NetworkLoadBalancers {
     fn max_batch_size(&self) -> usize {
         100
     }
@@ -495,7 +574,7 @@ impl LoadBalancerHostsBatch for AwsCloud {
         services: &[Arc<Service>],
         hosts: &[NodeView],
     ) -> CloudResult<LoadBalancerHostsAnswers> {
-        self.count("update_load_balancer_hosts");
+        self.calls.count("update_load_balancer_hosts");
         let instances = host_instances(hosts);
         let owners: Vec<Owner> = services
             .iter()
@@ -505,7 +584,6 @@ impl LoadBalancerHostsBatch for AwsCloud {
         for chunk in owners.chunks(NAMES_PER_CALL) {
             let names: Vec<String> = chunk.iter().map(|o| o.lb_name.clone()).collect();
             let balancers = match self
-                .clients
                 .elb
                 .describe_load_balancers()
                 .set_names(Some(names))

@@ -14,9 +14,8 @@ use ccm_core::{CloudError, CloudResult};
 use sha2::{Digest, Sha256};
 use tracing::info;
 
-use crate::AwsCloud;
 use crate::errors::{code, to_cloud_error};
-use crate::load_balancer::{LB_NAME_TAG, Owner};
+use crate::load_balancer::{LB_NAME_TAG, NetworkLoadBalancers, Owner};
 
 /// The most ARNs one `DescribeTags` call accepts.
 const TAGS_PER_CALL: usize = 20;
@@ -70,7 +69,7 @@ pub(crate) fn target_group_name(owner: &Owner, spec: &PortSpec) -> String {
     format!("k8s-{}-{}-{hash}", short(namespace), short(name))
 }
 
-impl AwsCloud {
+impl NetworkLoadBalancers {
     /// The target group for `spec`: the existing one of that name, else a new one.
     pub(crate) async fn ensure_target_group(
         &self,
@@ -78,14 +77,7 @@ impl AwsCloud {
         spec: &PortSpec,
     ) -> CloudResult<TargetGroup> {
         let name = target_group_name(owner, spec);
-        match self
-            .clients
-            .elb
-            .describe_target_groups()
-            .names(&name)
-            .send()
-            .await
-        {
+        match self.elb.describe_target_groups().names(&name).send().await {
             Ok(out) => {
                 if let Some(group) = out.target_groups().first() {
                     return Ok(group.clone());
@@ -95,13 +87,12 @@ impl AwsCloud {
             Err(e) => return Err(to_cloud_error("DescribeTargetGroups", e)),
         }
         let out = self
-            .clients
             .elb
             .create_target_group()
             .name(&name)
             .protocol(spec.protocol_enum())
             .port(spec.node_port)
-            .vpc_id(&self.config.vpc)
+            .vpc_id(&self.vpc)
             .target_type(TargetTypeEnum::Instance)
             .set_tags(Some(owner.tags()))
             .send()
@@ -119,12 +110,11 @@ impl AwsCloud {
         group_arn: &str,
         instances: &BTreeSet<String>,
     ) -> CloudResult<()> {
-        let current = self.target_instances(group_arn).await?;
+        let current = target_instances(&self.elb, group_arn).await?;
         let add: Vec<TargetDescription> = targets(instances.difference(&current));
         let remove: Vec<TargetDescription> = targets(current.difference(instances));
         if !add.is_empty() {
-            self.clients
-                .elb
+            self.elb
                 .register_targets()
                 .target_group_arn(group_arn)
                 .set_targets(Some(add))
@@ -133,8 +123,7 @@ impl AwsCloud {
                 .map_err(|e| to_cloud_error("RegisterTargets", e))?;
         }
         if !remove.is_empty() {
-            self.clients
-                .elb
+            self.elb
                 .deregister_targets()
                 .target_group_arn(group_arn)
                 .set_targets(Some(remove))
@@ -145,32 +134,14 @@ impl AwsCloud {
         Ok(())
     }
 
-    /// The instance IDs registered in a target group (for tests and probes).
-    pub async fn target_instances(&self, group_arn: &str) -> CloudResult<BTreeSet<String>> {
-        let health = self
-            .clients
-            .elb
-            .describe_target_health()
-            .target_group_arn(group_arn)
-            .send()
-            .await
-            .map_err(|e| to_cloud_error("DescribeTargetHealth", e))?;
-        Ok(health
-            .target_health_descriptions()
-            .iter()
-            .filter_map(|d| d.target()?.id().map(str::to_owned))
-            .collect())
-    }
-
     /// Every target group of the region carrying the cluster tag and, when `lb_name` is given,
     /// the load-balancer-name tag `lb_name`: ownership by tag, whatever listeners point to.
-    pub async fn owned_target_groups(
+    pub(crate) async fn owned_target_groups(
         &self,
         cluster: &str,
         lb_name: Option<&str>,
     ) -> CloudResult<Vec<String>> {
         let mut pages = self
-            .clients
             .elb
             .describe_target_groups()
             .page_size(TARGET_GROUP_PAGE)
@@ -211,7 +182,6 @@ impl AwsCloud {
     /// the chunk is asked again one ARN at a time instead.
     async fn tags_of_groups(&self, arns: &[String]) -> CloudResult<Vec<TagDescription>> {
         let reply = self
-            .clients
             .elb
             .describe_tags()
             .set_resource_arns(Some(arns.to_vec()))
@@ -237,7 +207,6 @@ impl AwsCloud {
     /// answers `CloudError::Retry`.
     pub(crate) async fn delete_target_group(&self, arn: &str) -> CloudResult<()> {
         match self
-            .clients
             .elb
             .delete_target_group()
             .target_group_arn(arn)
@@ -256,6 +225,24 @@ impl AwsCloud {
             Err(e) => Err(to_cloud_error("DeleteTargetGroup", e)),
         }
     }
+}
+
+/// The instance IDs registered in a target group (also for tests and probes).
+pub async fn target_instances(
+    elb: &aws_sdk_elasticloadbalancingv2::Client,
+    group_arn: &str,
+) -> CloudResult<BTreeSet<String>> {
+    let health = elb
+        .describe_target_health()
+        .target_group_arn(group_arn)
+        .send()
+        .await
+        .map_err(|e| to_cloud_error("DescribeTargetHealth", e))?;
+    Ok(health
+        .target_health_descriptions()
+        .iter()
+        .filter_map(|d| d.target()?.id().map(str::to_owned))
+        .collect())
 }
 
 fn targets<'a>(ids: impl Iterator<Item = &'a String>) -> Vec<TargetDescription> {

@@ -1,11 +1,13 @@
-//! The ccm-testing conformance suite against the provider on a real moto server.
+//! The ccm-testing conformance suite against the provider on a real moto server, with both
+//! load-balancer classes it declares.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use aws_ccm::target_groups::target_instances;
 use ccm_core::default_load_balancer_name;
 use ccm_testing::builders::load_balancer_service;
-use ccm_testing::conformance::{ConformanceInput, Suite};
+use ccm_testing::conformance::{Check, ConformanceInput, Suite};
 use support::world::{World, node_with_id};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,7 +50,7 @@ async fn aws_keeps_the_provider_contract() {
             )
         })
         .collect();
-    let probe_world = (world.elb.clone(), world.cloud.clone());
+    let elb = world.elb.clone();
     let input = ConformanceInput::new(world.cluster.clone(), existing)
         .missing_node(missing)
         .shutdown_node(node_with_id(stopped))
@@ -56,7 +58,7 @@ async fn aws_keeps_the_provider_contract() {
         .route_cidr("10.244.250.0/24")
         .ipv6_route_cidr("fd00:10:244:fa::/64")
         .lb_hosts_probe(move |svc| {
-            let (elb, cloud) = probe_world.clone();
+            let elb = elb.clone();
             let by_id = by_id.clone();
             async move {
                 let name = default_load_balancer_name(&svc);
@@ -84,7 +86,7 @@ async fn aws_keeps_the_provider_contract() {
                     .first()?
                     .target_group_arn()?
                     .to_owned();
-                let ids = cloud.target_instances(&group).await.ok()?;
+                let ids = target_instances(&elb, &group).await.ok()?;
                 Some(
                     ids.iter()
                         .map(|id| {
@@ -101,6 +103,10 @@ async fn aws_keeps_the_provider_contract() {
     let report = Suite::new(world.cloud.clone(), input).run().await;
     println!("{report}");
     report.assert_success();
+    // The declaration check ran and passed: valid class names, an implementation for each
+    // entry, and ensure, get and delete through the internal class's implementation.
+    let classes = report.get(Check::LoadBalancerClassesDeclared).unwrap();
+    assert!(classes.outcome.is_passed(), "{classes:?}");
 
     // The suite deleted what it created: nothing tagged with the cluster is left.
     assert_eq!(world.tagged_elb_resources().await, Default::default());

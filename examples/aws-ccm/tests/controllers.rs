@@ -1,6 +1,7 @@
 //! The framework's controllers with the provider against a real moto server: the in-process
 //! API server (or the cluster of `CCM_TEST_KUBECONFIG`, with unique names and an informer scope
-//! that sees only this test's Nodes and Services).
+//! that sees only this test's Nodes and Services). The service controller serves both classes
+//! the provider declares: Services without a class and those of its internal class.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -9,8 +10,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aws_ccm::INTERNAL_NLB_CLASS;
 use ccm_controllers::InformerScope;
-use ccm_core::well_known::{TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
+use ccm_core::well_known::{FINALIZER_LOAD_BALANCER_CLEANUP, TAINT_SHUTDOWN, TAINT_UNINITIALIZED};
 use ccm_core::{CloudProvider, default_load_balancer_name};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
@@ -18,10 +20,12 @@ use ccm_testing::harness::{ControllerHarness, HarnessBuilder};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams};
-use support::world::{World, provider_id};
+use support::world::{World, instance_ids, provider_id};
 
 const LABEL: &str = "aws-ccm-test.ccm-rs.io/run";
 const WAIT: Duration = Duration::from_secs(60);
+/// A class nobody in these tests serves (another controller's).
+const FOREIGN_CLASS: &str = "other.example/lb";
 
 /// A cluster, an AWS account in moto, and a run label for this test's Nodes.
 struct Scenario {
@@ -85,6 +89,31 @@ impl Scenario {
         self.cluster.create(&node).await;
         name
     }
+}
+
+/// The Service's ingress hostname (its NLB's DNS name), once it has one.
+fn hostname(svc: &Service) -> Option<String> {
+    let ingress = svc
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?;
+    ingress.iter().find_map(|i| i.hostname.clone())
+}
+
+fn has_hostname(svc: &Service) -> bool {
+    hostname(svc).is_some()
+}
+
+/// Deletes the Service and waits until it is gone (the controller released its finalizer).
+async fn delete_service(services: &Api<Service>, name: &str) {
+    services
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for_deletion(services, name, WAIT).await.unwrap();
 }
 
 fn taints(node: &Node) -> Vec<String> {
@@ -179,10 +208,7 @@ async fn a_terminated_instance_loses_its_node_and_a_stopped_one_is_tainted() {
 async fn a_load_balancer_service_gets_an_nlb_that_follows_its_nodes_and_goes_with_it() {
     let s = Scenario::start("aws-lb").await;
     let instances = s.world.launch(3).await;
-    let ids: Vec<String> = instances
-        .iter()
-        .map(|i| i.instance_id().unwrap().to_owned())
-        .collect();
+    let ids: Vec<String> = instance_ids(&instances).collect();
     let first = s.initialised_node(&instances[0], true).await;
     s.initialised_node(&instances[1], true).await;
     let harness = s.harness().service().start().await;
@@ -191,16 +217,9 @@ async fn a_load_balancer_service_gets_an_nlb_that_follows_its_nodes_and_goes_wit
     let service = s.cluster.create(&service).await;
     let name = service.metadata.name.clone().unwrap();
     let services: Api<Service> = Api::namespaced(s.cluster.client(), &s.namespace);
-    let service = wait_for(&services, &name, WAIT, |svc: &Service| {
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.as_ref());
-        ingress.is_some_and(|i| i.iter().any(|i| i.hostname.is_some()))
-    })
-    .await
-    .unwrap();
+    let service = wait_for(&services, &name, WAIT, has_hostname)
+        .await
+        .unwrap();
     let lb_name = default_load_balancer_name(&service);
     let lb = s
         .world
@@ -211,17 +230,8 @@ async fn a_load_balancer_service_gets_an_nlb_that_follows_its_nodes_and_goes_wit
         .await
         .unwrap();
     let lb = lb.load_balancers()[0].clone();
-    let hostname = service
-        .status
-        .unwrap()
-        .load_balancer
-        .unwrap()
-        .ingress
-        .unwrap()[0]
-        .hostname
-        .clone();
     assert_eq!(
-        hostname.as_deref(),
+        hostname(&service).as_deref(),
         lb.dns_name(),
         "the ingress hostname is the NLB's DNS name"
     );
@@ -258,16 +268,101 @@ async fn a_load_balancer_service_gets_an_nlb_that_follows_its_nodes_and_goes_wit
     targets(vec![&ids[1], &ids[2]]).await;
 
     // Deleting the Service deletes everything that was created for it.
-    services
-        .delete(&name, &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for_deletion(&services, &name, WAIT).await.unwrap();
+    delete_service(&services, &name).await;
     assert_eq!(
         s.world.tagged_elb_resources().await,
         BTreeSet::new(),
         "nothing tagged with the cluster is left"
     );
+    harness.stop().await.unwrap();
+    s.cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_internal_class_gets_an_internal_nlb_and_a_foreign_class_is_left_alone() {
+    let s = Scenario::start("aws-class").await;
+    let instances = s.world.launch(2).await;
+    let ids: BTreeSet<String> = instance_ids(&instances).collect();
+    for instance in &instances {
+        s.initialised_node(instance, true).await;
+    }
+    let harness = s.harness().service().start().await;
+    let services: Api<Service> = Api::namespaced(s.cluster.client(), &s.namespace);
+    let cluster = &s.cluster;
+    let create = |name: &str, class: Option<&str>| {
+        let mut service = load_balancer_service(&s.namespace, &cluster.unique_name(name));
+        if let Some(class) = class {
+            service = service.load_balancer_class(class);
+        }
+        let service = service.build();
+        async move { cluster.create(&service).await.metadata.name.unwrap() }
+    };
+
+    // A Service without a class: an internet-facing NLB in `subnets`, as before classes.
+    let plain = create("plain", None).await;
+    let plain = wait_for(&services, &plain, WAIT, has_hostname)
+        .await
+        .unwrap();
+    let plain_lb = default_load_balancer_name(&plain);
+    let plain_resources = s.world.tagged_elb_resources().await;
+    assert_eq!(plain_resources.len(), 5, "{plain_resources:?}");
+
+    // One of the provider's internal class, one of a class nobody here serves.
+    let internal = create("internal", Some(INTERNAL_NLB_CLASS)).await;
+    let foreign = create("foreign", Some(FOREIGN_CLASS)).await;
+    let internal = wait_for(&services, &internal, WAIT, has_hostname)
+        .await
+        .unwrap();
+    let internal_lb = default_load_balancer_name(&internal);
+    let lb = s.world.load_balancer(&internal_lb).await.unwrap();
+    assert_eq!(hostname(&internal).as_deref(), lb.dns_name());
+    assert_eq!(
+        s.world.placement_of(&internal_lb).await,
+        Some((
+            "internal".to_owned(),
+            s.world.config.internal_load_balancer_subnets().to_vec()
+        ))
+    );
+    assert_eq!(
+        s.world.placement_of(&plain_lb).await,
+        Some(("internet-facing".to_owned(), s.world.config.subnets.clone()))
+    );
+    let world = &s.world;
+    let both_ports = Some(vec![(80, ids.clone()), (443, ids.clone())]);
+    assert!(
+        eventually(WAIT, || async {
+            world.targets_of(&internal_lb).await == both_ports
+        })
+        .await,
+        "targets of {internal_lb}: {:?}",
+        world.targets_of(&internal_lb).await
+    );
+    assert!(
+        internal
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER_LOAD_BALANCER_CLEANUP)
+    );
+
+    let foreign_untouched = || async {
+        let service = services.get(&foreign).await.unwrap();
+        assert!(!has_hostname(&service), "{service:?}");
+        assert_eq!(service.metadata.finalizers, None, "{service:?}");
+        let name = default_load_balancer_name(&service);
+        assert!(world.load_balancer(&name).await.is_none(), "{name}");
+    };
+    foreign_untouched().await;
+    assert_eq!(world.tagged_elb_resources().await.len(), 10);
+
+    // Deleting the classed Service releases its load balancer, and only it.
+    delete_service(&services, internal.metadata.name.as_deref().unwrap()).await;
+    assert_eq!(world.tagged_elb_resources().await, plain_resources);
+    foreign_untouched().await;
+
+    delete_service(&services, plain.metadata.name.as_deref().unwrap()).await;
+    assert_eq!(world.tagged_elb_resources().await, BTreeSet::new());
     harness.stop().await.unwrap();
     s.cluster.cleanup().await;
 }

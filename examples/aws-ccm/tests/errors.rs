@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use aws_ccm::errors::{SERVER_ERROR_DELAY, THROTTLE_DELAY};
 use aws_ccm::{AwsCloud, AwsConfig};
 use aws_credential_types::Credentials;
-use ccm_core::{InstancesV2, LoadBalancer, Node, NodeView};
+use ccm_core::{CloudProvider, InstancesV2, Node, NodeView};
 use ccm_testing::builders::load_balancer_service;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -126,7 +126,10 @@ async fn elb_throttling_is_a_retry() {
     let (url, count) = answering(400, ELB_THROTTLED).await;
     let mut service = load_balancer_service("default", "web").build();
     service.metadata.uid = Some("0c8a1d3e-0000-4000-8000-000000000001".into());
-    let err = cloud(&url)
+    let cloud = cloud(&url);
+    let err = cloud
+        .load_balancer()
+        .unwrap()
         .get_load_balancer("c1", &service)
         .await
         .unwrap_err();

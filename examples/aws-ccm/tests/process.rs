@@ -1,5 +1,7 @@
 //! The `aws-ccm` binary as a process, against the in-process API server (behind TLS, so the
-//! binary's Kubernetes client speaks HTTPS with the AWS SDK linked in) and a moto server.
+//! binary's Kubernetes client speaks HTTPS with the AWS SDK linked in) and a moto server. It
+//! serves its internal load-balancer class under a name of the operator's
+//! (`--load-balancer-classes`, as the README shows).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -9,12 +11,16 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ccm_core::default_load_balancer_name;
 use ccm_testing::apiserver::ApiServer;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::wait::wait_for;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, PostParams};
 use support::world::{World, provider_id};
+
+/// The operator's name for the provider's internal class in this cluster.
+const PRIVATE_CLASS: &str = "team-a.example/private";
 use tokio::net::{TcpListener, TcpStream};
 
 /// A TLS-terminating proxy to `upstream` with a fresh self-signed certificate; returns its
@@ -86,6 +92,15 @@ async fn the_binary_initialises_nodes_and_serves_load_balancers_over_https() {
         )
         .await
         .unwrap();
+    let private = services
+        .create(
+            &PostParams::default(),
+            &load_balancer_service("default", "private")
+                .load_balancer_class(PRIVATE_CLASS)
+                .build(),
+        )
+        .await
+        .unwrap();
 
     let mut ccm = tokio::process::Command::new(env!("CARGO_BIN_EXE_aws-ccm"))
         .arg(format!("--kubeconfig={}", dir.join("kubeconfig").display()))
@@ -98,6 +113,10 @@ async fn the_binary_initialises_nodes_and_serves_load_balancers_over_https() {
         .arg("--leader-elect=false")
         .arg("--secure-port=0")
         .arg("--configure-cloud-routes=false")
+        .arg(format!(
+            "--load-balancer-classes=-,{PRIVATE_CLASS}={}",
+            aws_ccm::INTERNAL_NLB_CLASS
+        ))
         // The SDK's default credential chain finds these; no metadata service to ask.
         .env("AWS_ACCESS_KEY_ID", "testing")
         .env("AWS_SECRET_ACCESS_KEY", "testing")
@@ -118,13 +137,15 @@ async fn the_binary_initialises_nodes_and_serves_load_balancers_over_https() {
     .await
     .unwrap();
     assert_eq!(node.spec.unwrap().provider_id, Some(provider_id(&instance)));
-    let service = wait_for(&services, "web", timeout, |s: &Service| {
+    let has_ingress = |s: &Service| {
         let lb = s.status.as_ref().and_then(|s| s.load_balancer.as_ref());
         lb.and_then(|l| l.ingress.as_ref())
             .is_some_and(|i| !i.is_empty())
-    })
-    .await
-    .unwrap();
+    };
+    let service = wait_for(&services, "web", timeout, has_ingress)
+        .await
+        .unwrap();
+    let web_lb = default_load_balancer_name(&service);
     let hostname = service
         .status
         .unwrap()
@@ -136,6 +157,21 @@ async fn the_binary_initialises_nodes_and_serves_load_balancers_over_https() {
         .clone()
         .unwrap();
     assert!(hostname.ends_with(".elb.amazonaws.com"), "{hostname}");
+    // The Service of the operator's class got the provider's internal NLB; the other one its
+    // internet-facing NLB.
+    wait_for(&services, "private", timeout, has_ingress)
+        .await
+        .unwrap();
+    let private_lb = default_load_balancer_name(&private);
+    let scheme = |placement: Option<(String, Vec<String>)>| placement.map(|(scheme, _)| scheme);
+    assert_eq!(
+        scheme(world.placement_of(&private_lb).await).as_deref(),
+        Some("internal")
+    );
+    assert_eq!(
+        scheme(world.placement_of(&web_lb).await).as_deref(),
+        Some("internet-facing")
+    );
 
     // SIGTERM: a graceful shutdown exits 0.
     let pid = ccm.id().unwrap();

@@ -1,6 +1,8 @@
 //! An AWS account in moto set up for one test: a VPC with a random /16 (so that private DNS
-//! names, and with them Node names, are unique on a shared cluster), a subnet, the VPC's route
-//! table and instances tagged with the cluster tag, plus the provider configured for it.
+//! names, and with them Node names, are unique on a shared cluster), a subnet for the Nodes and
+//! the load balancers of Services without a class, a second one for internal load balancers
+//! (`internalSubnets`), the VPC's route table and instances tagged with the cluster tag, plus
+//! the provider configured for it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
@@ -71,15 +73,19 @@ impl World {
             .await
             .unwrap();
         let vpc = vpc.vpc().unwrap().vpc_id().unwrap().to_owned();
-        let subnet = ec2
-            .create_subnet()
-            .vpc_id(&vpc)
-            .cidr_block(format!("10.{octet}.0.0/20"))
-            .availability_zone(ZONE)
-            .send()
-            .await
-            .unwrap();
-        let subnet = subnet.subnet().unwrap().subnet_id().unwrap().to_owned();
+        let mut subnets = Vec::new();
+        for cidr in [format!("10.{octet}.0.0/20"), format!("10.{octet}.16.0/20")] {
+            let subnet = ec2
+                .create_subnet()
+                .vpc_id(&vpc)
+                .cidr_block(cidr)
+                .availability_zone(ZONE)
+                .send()
+                .await
+                .unwrap();
+            subnets.push(subnet.subnet().unwrap().subnet_id().unwrap().to_owned());
+        }
+        let (subnet, internal_subnet) = (&subnets[0], &subnets[1]);
         let tables = ec2
             .describe_route_tables()
             .filters(Filter::builder().name("vpc-id").values(&vpc).build())
@@ -91,7 +97,7 @@ impl World {
             .unwrap()
             .to_owned();
         let text = format!(
-            "region: {REGION}\nvpc: {vpc}\nsubnets: [{subnet}]\nrouteTable: {table}\nendpointUrl: {}\nprovisioningRetrySeconds: {provisioning_retry_seconds}\n",
+            "region: {REGION}\nvpc: {vpc}\nsubnets: [{subnet}]\ninternalSubnets: [{internal_subnet}]\nrouteTable: {table}\nendpointUrl: {}\nprovisioningRetrySeconds: {provisioning_retry_seconds}\n",
             moto.url()
         );
         let config = AwsConfig::parse(text.as_bytes()).unwrap();
@@ -112,10 +118,11 @@ impl World {
     pub fn config_yaml(&self) -> String {
         let c = &self.config;
         format!(
-            "region: {}\nvpc: {}\nsubnets: [{}]\nrouteTable: {}\nendpointUrl: {}\nprovisioningRetrySeconds: 1\n",
+            "region: {}\nvpc: {}\nsubnets: [{}]\ninternalSubnets: [{}]\nrouteTable: {}\nendpointUrl: {}\nprovisioningRetrySeconds: 1\n",
             c.region,
             c.vpc,
             c.subnets.join(", "),
+            c.internal_load_balancer_subnets().join(", "),
             c.route_table.as_deref().unwrap_or_default(),
             self.moto.url()
         )
@@ -219,8 +226,11 @@ impl World {
         tagged
     }
 
-    /// The instance IDs registered behind the load balancer `lb_name`, per listener port.
-    pub async fn targets_of(&self, lb_name: &str) -> Option<Vec<(i32, BTreeSet<String>)>> {
+    /// The load balancer called `lb_name` as ELBv2 describes it, if it exists.
+    pub async fn load_balancer(
+        &self,
+        lb_name: &str,
+    ) -> Option<aws_sdk_elasticloadbalancingv2::types::LoadBalancer> {
         let lbs = self
             .elb
             .describe_load_balancers()
@@ -228,9 +238,26 @@ impl World {
             .send()
             .await
             .ok()?;
-        let arn = lbs
-            .load_balancers()
-            .first()?
+        lbs.load_balancers().first().cloned()
+    }
+
+    /// The scheme (`internet-facing`, `internal`) and the subnets of the load balancer
+    /// `lb_name`, if it exists.
+    pub async fn placement_of(&self, lb_name: &str) -> Option<(String, Vec<String>)> {
+        let lb = self.load_balancer(lb_name).await?;
+        let subnets = lb
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.subnet_id().map(str::to_owned))
+            .collect();
+        Some((lb.scheme()?.as_str().to_owned(), subnets))
+    }
+
+    /// The instance IDs registered behind the load balancer `lb_name`, per listener port.
+    pub async fn targets_of(&self, lb_name: &str) -> Option<Vec<(i32, BTreeSet<String>)>> {
+        let arn = self
+            .load_balancer(lb_name)
+            .await?
             .load_balancer_arn()?
             .to_owned();
         let listeners = self
@@ -245,7 +272,9 @@ impl World {
             let group = listener.default_actions().first()?.target_group_arn()?;
             out.push((
                 listener.port()?,
-                self.cloud.target_instances(group).await.ok()?,
+                aws_ccm::target_groups::target_instances(&self.elb, group)
+                    .await
+                    .ok()?,
             ));
         }
         out.sort();
@@ -277,6 +306,13 @@ impl World {
 
 pub fn credentials() -> Credentials {
     Credentials::new("testing", "testing", None, None, "moto")
+}
+
+/// The IDs of `instances`.
+pub fn instance_ids(instances: &[Instance]) -> impl Iterator<Item = String> + '_ {
+    instances
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_owned())
 }
 
 /// The provider ID the provider writes for `instance`.
