@@ -186,7 +186,7 @@ pub use helpers::{
     SourceRangeError, default_load_balancer_name, health_check_path_port, is_allow_all,
     load_balancer_source_ranges, needs_health_check, requests_only_local_traffic,
 };
-pub use node_view::{NodeView, NodeViewCondition};
+pub use node_view::{NodeView, NodeViewCondition, NodeViewInterner};
 pub use provider::{
     CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesBatch, InstancesV2,
     LoadBalancer, LoadBalancerHostsBatch, Routes, Zones,

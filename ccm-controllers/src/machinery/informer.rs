@@ -10,10 +10,10 @@
 //! [`Change::Resync`] and rebuilds from the store instead of blocking anyone.
 //!
 //! Why not kube's `reflector::Store` either: it holds the watched type itself (`Arc<K>`), and
-//! the Node informer holds a compact form instead ([`NodeView`], built by
-//! `machinery/node_cache.rs`: a quarter of a k8s-openapi `Node`). The store here is a map from
-//! the object's key to a [`CachedObject`]: `Arc<K>` for the Service informer, [`NodeView`] for
-//! the Node informer.
+//! the Node informer holds a compact form instead ([`NodeView`], built by one
+//! [`NodeViewInterner`] for the whole store: a sixth of a k8s-openapi `Node`). The store here
+//! is a map from the object's key to a [`CachedObject`]: `Arc<K>` for the Service informer,
+//! [`NodeView`] for the Node informer.
 //!
 //! After every (re)list, the informer diffs the new list against what it held and emits the
 //! resulting `Applied`/`Deleted` changes, so objects deleted while the watch was down are still
@@ -32,7 +32,7 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use ccm_core::NodeView;
+use ccm_core::{NodeView, NodeViewInterner};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
@@ -41,8 +41,6 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
-
-use super::node_cache::NodeInterner;
 
 /// Default capacity of an informer's change broadcast. A subscriber more than this many changes
 /// behind receives [`Change::Resync`].
@@ -243,8 +241,9 @@ where
 
 impl Informer<Node, NodeView> {
     /// The Node informer: like [`Informer::new`], with each Node stripped by `strip` and then
-    /// stored as a [`NodeView`] whose label, annotation and other shared strings are interned
-    /// (one copy per distinct string for the whole store, swept when no Node uses it any more).
+    /// stored as a [`NodeView`] built by one [`NodeViewInterner`] for the whole store: label and
+    /// annotation sets and the strings many Nodes share held once, swept when no Node uses them
+    /// any more.
     pub fn nodes(
         api: Api<Node>,
         config: watcher::Config,
@@ -264,8 +263,12 @@ impl Informer<Node, NodeView> {
     where
         S: Stream<Item = Result<Event<Node>, watcher::Error>> + Send + 'static,
     {
-        let mut interner = NodeInterner::default();
-        Self::building(stream, move |node| interner.view(node, strip), shutdown)
+        let mut interner = NodeViewInterner::default();
+        let build = move |mut node: Node| {
+            strip(&mut node);
+            interner.view(node)
+        };
+        Self::building(stream, build, shutdown)
     }
 }
 

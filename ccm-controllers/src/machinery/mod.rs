@@ -11,7 +11,6 @@ pub(crate) mod informer;
 pub(crate) mod initial_list;
 pub(crate) mod label_selector;
 pub(crate) mod metrics;
-pub(crate) mod node_cache;
 pub(crate) mod ownership;
 pub(crate) mod shadow;
 pub(crate) mod workqueue;

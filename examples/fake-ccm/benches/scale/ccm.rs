@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use crate::cli::Opts;
 use crate::environment::{Env, LB_IP};
 
+/// How long [`Ccm::metrics`] retries a failed read of `/metrics` before the run stops.
+const METRICS_RETRY: Duration = Duration::from_secs(15);
+
 pub(crate) struct Ccm {
     pub(crate) child: tokio::process::Child,
     pub(crate) pid: u32,
@@ -376,8 +379,29 @@ impl Ccm {
         eprintln!("[bench] the CCM still sends requests after 120 s; measuring anyway");
     }
 
+    /// The CCM's `/metrics`. A failed read is retried with backoff for up to
+    /// [`METRICS_RETRY`] (a connection reset by a CCM busy with 100,000 Nodes once ended a
+    /// failover run that had been going for six minutes), then the run stops with the last
+    /// error and the CCM's log.
     pub(crate) async fn metrics(&self) -> Metrics {
-        Metrics::parse(&self.get("/metrics").await.unwrap())
+        let deadline = Instant::now() + METRICS_RETRY;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match self.get("/metrics").await {
+                Ok(text) => return Metrics::parse(&text),
+                Err(error) if Instant::now() + wait < deadline => {
+                    eprintln!(
+                        "[bench] reading fake-ccm's /metrics failed ({error}); retrying in {wait:?}"
+                    );
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                Err(error) => panic!(
+                    "[bench] fake-ccm's /metrics could not be read for {METRICS_RETRY:?}: {error}; log {}",
+                    self.log.display()
+                ),
+            }
+        }
     }
 
     pub(crate) fn proc(&self) -> ProcStats {
