@@ -25,6 +25,8 @@ use ccm_testing::{KUBECONFIG_ENV, TestCluster};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
+mod support;
+
 const RUN_LABEL: &str = "ccm-test.example.com/run";
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The CCMs' `--node-monitor-period`; the test lets many of them pass.
@@ -240,16 +242,7 @@ async fn two_ccms_each_manage_only_their_own_nodes() {
     );
 
     for ccm in [&mut ccm_a, &mut ccm_b] {
-        let pid = ccm.id().unwrap();
-        std::process::Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .unwrap();
-        let status = tokio::time::timeout(TIMEOUT, ccm.wait())
-            .await
-            .unwrap()
-            .unwrap();
+        let status = support::stop(ccm).await;
         assert!(status.success(), "fake-ccm exited with {status}");
     }
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
