@@ -6,12 +6,19 @@ use std::time::Duration;
 
 /// Parses a Go duration (`time.ParseDuration`): an optional sign, then one or more
 /// `<number><unit>` pairs with units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h` and optional fractions
-/// (`1.5h`, `2m0s`, `300ms`). A bare `0` is zero. Negative durations are rejected here (every
-/// duration flag of a CCM must be non-negative), with a message the flag error quotes.
+/// (`1.5h`, `2m0s`, `300ms`, `.5s`). A bare `0` is zero. Negative durations are rejected here
+/// (every duration flag of a CCM must be non-negative), with a message the flag error quotes.
 ///
-/// Hand-written (about 40 lines) because `humantime` accepts a different syntax (`2min`,
-/// spaces, no fractions) and Go's exact grammar is what operators' manifests contain.
+/// Arithmetic is in whole nanoseconds, as Go's: `2321h232m` is exactly 8,369,520 s (a
+/// floating-point sum would be off by a nanosecond), a fraction is truncated to the nanosecond,
+/// and a duration above Go's maximum (2^63 ns, about 292 years) is an error, not a wrap.
+///
+/// Hand-written (about 60 lines) because `humantime` accepts a different syntax (`2min`,
+/// spaces, no fractions), `kube::core::Duration` sums each term as an `f64` (the error this
+/// parser avoids), and Go's exact grammar is what operators' manifests contain.
 pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
+    /// Go's limit: a `time.Duration` is an int64 of nanoseconds.
+    const MAX_NANOS: u128 = 1 << 63;
     let s = input.trim();
     if s.is_empty() {
         return Err("empty duration; use Go syntax such as 30s, 2m0s or 1h30m".to_owned());
@@ -27,35 +34,56 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
     if rest.is_empty() {
         return Err(format!("invalid duration {input:?}"));
     }
-    let mut total = 0f64;
+    let overflow = || {
+        format!("invalid duration {input:?}: longer than Go's maximum (2562047h47m16.854775807s)")
+    };
+    let mut total: u128 = 0;
     while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        let int_len = rest
+            .find(|c: char| !c.is_ascii_digit())
             .unwrap_or(rest.len());
-        if num_len == 0 {
+        let mut whole: u128 = 0;
+        for digit in rest[..int_len].bytes() {
+            whole = whole * 10 + u128::from(digit - b'0');
+            if whole > MAX_NANOS {
+                return Err(overflow());
+            }
+        }
+        rest = &rest[int_len..];
+        // The fraction's digits as an integer over 10^scale; digits past what 2^63 can hold are
+        // read and ignored, as Go does.
+        let (mut fraction, mut scale, mut fraction_len) = (0u128, 1u128, 0usize);
+        if let Some(after_dot) = rest.strip_prefix('.') {
+            fraction_len = after_dot
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after_dot.len());
+            for digit in after_dot[..fraction_len].bytes() {
+                let longer = fraction * 10 + u128::from(digit - b'0');
+                // Past 30 digits a digit is worth less than 10^-17 ns of an hour: dropped.
+                if longer <= MAX_NANOS && scale < 10u128.pow(30) {
+                    fraction = longer;
+                    scale *= 10;
+                }
+            }
+            rest = &after_dot[fraction_len..];
+        }
+        if int_len == 0 && fraction_len == 0 {
             return Err(format!(
                 "invalid duration {input:?}: expected a number; use Go syntax such as 30s, 2m0s or 1h30m"
             ));
         }
-        let number: f64 = rest[..num_len].parse().map_err(|_| {
-            format!(
-                "invalid duration {input:?}: bad number {:?}",
-                &rest[..num_len]
-            )
-        })?;
-        rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(rest.len());
         let unit = &rest[..unit_len];
         rest = &rest[unit_len..];
-        let seconds = match unit {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
             "" => {
                 return Err(format!(
                     "invalid duration {input:?}: missing unit (ns, us, ms, s, m, h), e.g. 30s"
@@ -67,12 +95,21 @@ pub fn parse_go_duration(input: &str) -> Result<Duration, String> {
                 ));
             }
         };
-        total += number * seconds;
+        total += whole * unit_nanos + fraction * unit_nanos / scale;
+        if total > MAX_NANOS {
+            return Err(overflow());
+        }
     }
-    if negative && total > 0.0 {
+    if negative && total > 0 {
         return Err(format!("{input:?} is negative; durations must be >= 0"));
     }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("invalid duration {input:?}: {e}"))
+    if total == MAX_NANOS {
+        // 2^63 ns fits only as Go's most negative duration, which is rejected above.
+        return Err(overflow());
+    }
+    let secs = u64::try_from(total / 1_000_000_000).map_err(|_| overflow())?;
+    let nanos = u32::try_from(total % 1_000_000_000).map_err(|_| overflow())?;
+    Ok(Duration::new(secs, nanos))
 }
 
 /// Formats a duration the way Go prints one (`2m0s`, `1h30m0s`, `500ms`, `0s`).
@@ -137,6 +174,51 @@ mod tests {
             assert!(parse_go_duration(bad).is_err(), "{bad:?} should fail");
         }
         assert!(parse_go_duration("-5s").unwrap_err().contains("negative"));
+    }
+
+    /// Go sums whole nanoseconds: no floating-point error, fractions truncated, 2^63 ns the
+    /// limit (the fuzzer found `2321h232m` parsing to 8369520.000000001s with a float sum).
+    #[test]
+    fn go_durations_are_exact_nanoseconds() {
+        let exact = [
+            ("2321h232m", Duration::from_secs(8_369_520)),
+            ("1.1s", Duration::from_millis(1_100)),
+            (".5s", Duration::from_millis(500)),
+            ("1.s", Duration::from_secs(1)),
+            ("0.1ns", Duration::ZERO),
+            ("1.0000000019s", Duration::new(1, 1)),
+            (
+                "2562047h47m16.854775807s",
+                Duration::new(9_223_372_036, 854_775_807),
+            ),
+            (
+                "9223372036854775807ns",
+                Duration::new(9_223_372_036, 854_775_807),
+            ),
+            (
+                "1.00000000000000000000000000000000000000001s",
+                Duration::from_secs(1),
+            ),
+            (
+                "0.99999999999999999999999999999999999999h",
+                Duration::new(3599, 999_999_999),
+            ),
+        ];
+        for (input, want) in exact {
+            assert_eq!(parse_go_duration(input), Ok(want), "{input}");
+        }
+        for too_long in [
+            "2562048h",
+            "9223372036854775808ns",
+            "99999999999999999999999s",
+            "2562047h47m16.854775808s",
+        ] {
+            let err = parse_go_duration(too_long).unwrap_err();
+            assert!(err.contains("maximum"), "{too_long}: {err}");
+        }
+        for bad in [".s", ".", "1..5s"] {
+            assert!(parse_go_duration(bad).is_err(), "{bad:?} should fail");
+        }
     }
 
     #[test]
