@@ -22,6 +22,7 @@ use ccm_testing::fake_cloud::{Capabilities, FakeCloud, Fault};
 use ccm_testing::wait::{eventually, wait_for, wait_for_deletion};
 
 use crate::support::node::{RUN_LABEL, TIMEOUT, Test, has_taint};
+use crate::support::service::metric_value;
 
 fn has_shutdown_taint(node: &Node) -> bool {
     node.spec
@@ -249,6 +250,49 @@ async fn instance_that_comes_back_resets_the_first_gone_answer() {
     // with it, a full grace period must pass again.
     calls_reach(&fake, "instance_exists", gone_again + 2).await;
     assert!(t.nodes.get(&name).await.is_ok());
+    wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
+    running.stop().await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+/// A Node that is Ready again between two "gone" answers starts its grace period over: the
+/// monitor's sweep over settled (Ready) Nodes forgets the first answer, and counts each of them
+/// as `ready`.
+#[tokio::test]
+async fn a_node_ready_again_forgets_its_first_gone_answer() {
+    let t = Test::start().await;
+    let name = t.name("flap");
+    let fake = FakeCloud::builder().missing_node(&name).build();
+    t.create(&t.initialized_node(&name).not_ready().build())
+        .await;
+    let running = t
+        .run_lifecycle(fake.provider(), fast(Duration::from_secs(3)))
+        .await;
+    calls_reach(&fake, "instance_exists", 1).await;
+
+    // Ready for longer than the grace period (the informer sees only this test's Nodes, so
+    // every `ready` count is this Node's: 20 passes at 200 ms).
+    t.set_ready(&name, true).await;
+    let ready = r#"node_lifecycle_controller_checks_total{outcome="ready"}"#;
+    let counted = eventually(TIMEOUT, || {
+        let passes = metric_value(&running.metrics(), ready);
+        async move { passes >= 20.0 }
+    })
+    .await;
+    assert!(
+        counted,
+        "the Ready Node was not counted `ready` in 20 passes"
+    );
+    let asked_while_ready = fake.call_count("instance_exists");
+
+    // NotReady again and still gone: without the reset the next answer would delete at once
+    // (the first is over 3 s old); with it, a full grace period must pass again.
+    t.set_ready(&name, false).await;
+    calls_reach(&fake, "instance_exists", asked_while_ready + 2).await;
+    assert!(
+        t.nodes.get(&name).await.is_ok(),
+        "deleted without a new grace period"
+    );
     wait_for_deletion(&t.nodes, &name, TIMEOUT).await.unwrap();
     running.stop().await.unwrap();
     t.cluster.cleanup().await;

@@ -38,6 +38,15 @@ impl LifecycleMetrics {
     }
 
     pub(super) fn count(&self, outcome: &'static str) {
-        self.checks.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.count_many(outcome, 1);
+    }
+
+    /// Counts `n` checks of one outcome at once (the monitor's sweep over settled Nodes).
+    pub(super) fn count_many(&self, outcome: &'static str, n: u64) {
+        if n > 0 {
+            self.checks
+                .get_or_create(&OutcomeLabel { outcome })
+                .inc_by(n);
+        }
     }
 }

@@ -120,17 +120,40 @@ impl Reconciler {
             )
             .await
         };
-        let nodes: Vec<_> = nodes
-            .into_iter()
-            .map(|node| {
-                let answer = answers
-                    .as_mut()
-                    .and_then(|a| a.remove(node.name()))
-                    .and_then(lifecycle_lookup);
-                (node, answer)
-            })
-            .collect();
-        futures::stream::iter(nodes)
+        // Nodes with nothing to do (Ready, or without deletion evidence: nearly every Node
+        // of a healthy cluster) are settled here in one synchronous sweep, counted once per
+        // outcome; only the rest become a future each (one future per Ready Node was a
+        // quarter of the idle CPU at 100,000 Nodes, most of it moving futures in memory).
+        let (mut ready, mut no_evidence) = (0u64, 0u64);
+        let mut settled = Vec::new();
+        let mut to_act = Vec::new();
+        for node in nodes {
+            match self.plan_ready(&node) {
+                ReadyStep::Nothing => ready += 1,
+                ReadyStep::NoEvidence => no_evidence += 1,
+                ReadyStep::RemoveShutdownTaint | ReadyStep::CheckExists => {
+                    let answer = answers
+                        .as_mut()
+                        .and_then(|a| a.remove(node.name()))
+                        .and_then(lifecycle_lookup);
+                    to_act.push((node, answer));
+                    continue;
+                }
+            }
+            settled.push(node);
+        }
+        {
+            let mut first_gone = lock(&self.first_gone);
+            if !first_gone.is_empty() {
+                for node in &settled {
+                    first_gone.remove(node.name());
+                }
+            }
+        }
+        drop(settled);
+        self.metrics.count_many("ready", ready);
+        self.metrics.count_many("no_deletion_evidence", no_evidence);
+        futures::stream::iter(to_act)
             .for_each_concurrent(self.config.workers, |(node, answer)| async move {
                 self.check(&node, answer).await;
             })
