@@ -1,8 +1,8 @@
 //! `--managed-node-selector`: a Kubernetes label selector in kubectl's `-l` syntax, parsed and
 //! matched as apimachinery's `labels.Parse` does.
 //!
-//! Written by hand: kube's `Selector` matches but does not parse a selector string, and the
-//! in-process API server's parser lives in `ccm-testing`, which this crate cannot depend on.
+//! Written by hand: kube's `Selector` matches but does not parse a selector string. The
+//! in-process API server of `ccm-testing` parses `labelSelector` with this one too.
 
 use std::collections::BTreeSet;
 use std::fmt;

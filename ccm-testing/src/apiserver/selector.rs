@@ -1,105 +1,28 @@
 //! Label and field selectors, parsed and matched as kube-apiserver does.
 
-use std::collections::BTreeSet;
-
+use ccm_controllers::{ManagedNodeSelector, SelectorError};
 use serde_json::Value;
 
 use super::resources::ResourceInfo;
 use super::status::ApiError;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum LabelReq {
-    Eq(String, String),
-    NotEq(String, String),
-    In(String, BTreeSet<String>),
-    NotIn(String, BTreeSet<String>),
-    Exists(String),
-    NotExists(String),
-}
-
-/// A parsed `labelSelector`.
+/// A parsed `labelSelector`: the runtime's strict parser (`ManagedNodeSelector`, apimachinery's
+/// `labels.Parse` grammar: `=`, `==`, `!=`, `in`, `notin`, `key`, `!key`, `>`, `<`), so that a
+/// selector kube-apiserver refuses is refused here too. `None` selects everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LabelSelector(Vec<LabelReq>);
-
-/// Splits on commas that are not inside parentheses.
-fn split_top(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut depth = 0usize;
-    let mut cur = String::new();
-    for c in s.chars() {
-        match c {
-            '(' => {
-                depth += 1;
-                cur.push(c);
-            }
-            ')' => {
-                depth = depth.saturating_sub(1);
-                cur.push(c);
-            }
-            ',' if depth == 0 => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
-}
-
-fn parse_set(s: &str) -> Option<BTreeSet<String>> {
-    let s = s.trim();
-    let inner = s.strip_prefix('(')?.strip_suffix(')')?;
-    Some(
-        inner
-            .split(',')
-            .map(|v| v.trim().to_string())
-            .collect::<BTreeSet<_>>(),
-    )
-}
+pub(crate) struct LabelSelector(Option<ManagedNodeSelector>);
 
 impl LabelSelector {
     pub(crate) fn parse(s: &str) -> Result<Self, ApiError> {
-        let bad = |part: &str| {
-            ApiError::bad_request(format!(
-                "unable to parse requirement: found '{part}', expected: identifier"
-            ))
-        };
-        let mut reqs = Vec::new();
-        for part in split_top(s) {
-            let part = part.trim();
-            if part.is_empty() {
-                continue;
-            }
-            let req = if let Some(k) = part.strip_prefix('!') {
-                LabelReq::NotExists(k.trim().to_string())
-            } else if let Some((k, v)) = part.split_once("!=") {
-                LabelReq::NotEq(k.trim().to_string(), v.trim().to_string())
-            } else if let Some((k, v)) = part.split_once("==") {
-                LabelReq::Eq(k.trim().to_string(), v.trim().to_string())
-            } else if let Some((k, v)) = part.split_once('=') {
-                LabelReq::Eq(k.trim().to_string(), v.trim().to_string())
-            } else if let Some((k, v)) = part.split_once(" notin ") {
-                LabelReq::NotIn(k.trim().to_string(), parse_set(v).ok_or_else(|| bad(part))?)
-            } else if let Some((k, v)) = part.split_once(" in ") {
-                LabelReq::In(k.trim().to_string(), parse_set(v).ok_or_else(|| bad(part))?)
-            } else if part.contains(' ') || part.contains('(') {
-                return Err(bad(part));
-            } else {
-                LabelReq::Exists(part.to_string())
-            };
-            reqs.push(req);
-        }
-        Ok(LabelSelector(reqs))
+        let selector: ManagedNodeSelector = s.parse().map_err(|e: SelectorError| {
+            ApiError::bad_request(format!("unable to parse requirement: {e}"))
+        })?;
+        Ok(LabelSelector((!selector.selects_all()).then_some(selector)))
     }
 
     /// Matches the labels `label` looks up (key to value).
     pub(crate) fn matches<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
-        self.0.iter().all(|r| match r {
-            LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
-            LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
-            LabelReq::In(k, set) => get(k).is_some_and(|v| set.contains(v)),
-            LabelReq::NotIn(k, set) => get(k).is_none_or(|v| !set.contains(v)),
-            LabelReq::Exists(k) => get(k).is_some(),
-            LabelReq::NotExists(k) => get(k).is_none(),
-        })
+        self.0.as_ref().is_none_or(|selector| selector.matches(get))
     }
 }
 

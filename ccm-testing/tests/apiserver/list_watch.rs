@@ -64,6 +64,30 @@ async fn list_selectors_and_pagination() {
             .unwrap_err(),
     );
     assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    // Set-based and numeric requirements, as apimachinery's `labels.Parse` reads them.
+    let by_set = nodes
+        .list(&ListParams::default().labels("role notin (even), !absent"))
+        .await
+        .unwrap();
+    assert_eq!(by_set.items.len(), 3);
+    // A label selector kube-apiserver cannot parse is 400, never read leniently (an empty
+    // requirement, an empty set, an invalid key or value, a number that is not one).
+    for bad in [
+        "role=even,",
+        "role in ()",
+        "-role=even",
+        "role=a b",
+        "role>x",
+        "role in (odd",
+    ] {
+        let e = api_err(
+            nodes
+                .list(&ListParams::default().labels(bad))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"), "{bad:?}");
+    }
 
     // Namespaced lists across namespaces, with metadata.namespace.
     let all_cms: Api<ConfigMap> = Api::all(s.client());
