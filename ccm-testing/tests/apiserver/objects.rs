@@ -82,6 +82,30 @@ async fn create_get_delete_and_errors() {
     assert_eq!(e.details.unwrap().group, "coordination.k8s.io");
 }
 
+/// kube-apiserver refuses a create that sets `metadata.resourceVersion` with its storage layer's
+/// plain error, reported as `500 InternalError` (a client that re-creates an object it read must
+/// clear it); nothing is stored.
+#[tokio::test]
+async fn a_create_with_a_resource_version_is_an_internal_error_and_stores_nothing() {
+    let s = ApiServer::start().await;
+    let services: Api<Service> = Api::namespaced(s.client(), "default");
+    let mut svc = load_balancer_service("default", "with-rv").build();
+    svc.metadata.resource_version = Some("5".into());
+    let e = api_err(
+        services
+            .create(&PostParams::default(), &svc)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    assert_eq!(
+        e.message,
+        "Internal error occurred: resourceVersion should not be set on objects to be created"
+    );
+    let e = api_err(services.get("with-rv").await.unwrap_err());
+    assert_eq!(e.code, 404);
+}
+
 #[tokio::test]
 async fn namespaced_objects_need_their_namespace() {
     let s = ApiServer::start().await;

@@ -15,6 +15,12 @@ use crate::apiserver::validation;
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
+/// kube-apiserver's answer to a create whose `metadata.resourceVersion` is set: its storage
+/// layer refuses with a plain error, which the API server reports as `500 InternalError` (not a
+/// 4xx). The in-process server's one intended `500` besides injected faults.
+pub(crate) const RESOURCE_VERSION_ON_CREATE: &str =
+    "Internal error occurred: resourceVersion should not be set on objects to be created";
+
 impl State {
     /// POST: create an object.
     pub(crate) fn create(
@@ -60,7 +66,7 @@ impl State {
             return Err(ApiError::new(
                 500,
                 "InternalError",
-                "Internal error occurred: resourceVersion should not be set on objects to be created",
+                RESOURCE_VERSION_ON_CREATE,
             ));
         }
         let name = match meta_str(&obj, "name").filter(|s| !s.is_empty()) {
