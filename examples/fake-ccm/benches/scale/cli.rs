@@ -108,6 +108,11 @@ pub(crate) struct Cli {
     /// Objects the harness creates concurrently.
     #[arg(long, default_value_t = 64)]
     pub(crate) create_concurrency: usize,
+    /// node-burst, node-ipam, route-burst, lb-burst: Nodes the harness creates per second (at
+    /// most --create-concurrency at a time). Default: as fast as this machine runs the harness
+    /// and the API server, which depends on its load.
+    #[arg(long, value_parser = positive_rate)]
+    pub(crate) node_rate: Option<f64>,
     /// Entries in each Node's `status.images` (kubelet reports up to 50; about 250 bytes of
     /// JSON each). Fewer let the in-process API server hold 100,000 Nodes in less memory.
     #[arg(long, default_value_t = 40)]
@@ -150,6 +155,7 @@ pub(crate) struct Opts {
     /// `RUST_LOG`): node-churn enables FakeCloud's load balancers by host count line.
     pub(crate) ccm_log_directives: Vec<&'static str>,
     pub(crate) concurrency: usize,
+    pub(crate) node_rate: Option<f64>,
     pub(crate) ccm_args: Vec<String>,
     pub(crate) ccm_wrapper: Option<String>,
     pub(crate) quota: Option<f64>,
@@ -194,6 +200,7 @@ impl Opts {
                 _ => Vec::new(),
             },
             concurrency: c.create_concurrency.max(1),
+            node_rate: c.node_rate,
             ccm_args: c.ccm_args.clone(),
             ccm_wrapper: c.ccm_wrapper.clone(),
             quota: c.quota,
@@ -246,6 +253,9 @@ impl Opts {
             }
             _ => {}
         }
+        if let Some(rate) = self.node_rate {
+            m.insert("node_rate_per_s".into(), json!(rate));
+        }
         if let Some(quota) = self.quota {
             m.insert("quota_per_s".into(), json!(quota));
         }
@@ -271,5 +281,15 @@ impl Opts {
             m.insert("ccm_wrapper".into(), json!(wrapper));
         }
         o
+    }
+}
+
+/// `--node-rate`: a positive, finite number of Nodes per second.
+fn positive_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a positive number of Nodes per second"
+        )),
     }
 }

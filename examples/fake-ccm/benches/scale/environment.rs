@@ -312,7 +312,10 @@ pub(crate) async fn watch_services(api: Api<Service>, cfg: watcher::Config, t: S
 }
 
 /// Creates nodes `range` concurrently as kubelet registers them, recording each one's creation
-/// time (when the API server answered the create).
+/// time (when the API server answered the create). With `per_second`, creation `i` starts no
+/// sooner than `i / per_second` after the first: a pace set by the bench, not by how fast this
+/// machine runs the harness and the API server (which varied from 330 to 650 Nodes/s with the
+/// machine's load), so that runs on different days compare.
 ///
 /// Kubelet registers in two steps, concurrently with the CCM: it creates the Node (with the
 /// status it has computed, addresses included), then right after sends its first status
@@ -326,6 +329,7 @@ pub(crate) async fn create_nodes(
     range: std::ops::Range<usize>,
     kind: impl Fn(usize) -> NodeKind,
     concurrency: usize,
+    per_second: Option<f64>,
 ) {
     let mut metas = HashMap::new();
     for i in range.clone() {
@@ -337,7 +341,16 @@ pub(crate) async fn create_nodes(
     // Built one by one as they are created: 100,000 Nodes built up front would hold
     // gigabytes in the harness.
     let (kind, metas) = (&kind, &metas);
+    let first = range.start;
+    let started = tokio::time::Instant::now();
     futures::stream::iter(range)
+        .then(|i| async move {
+            if let Some(rate) = per_second {
+                let due = Duration::from_secs_f64((i - first) as f64 / rate);
+                tokio::time::sleep_until(started + due).await;
+            }
+            i
+        })
         .map(|i| {
             let n: Node = node(env, i, kind(i), metas.get(&i));
             let api = api.clone();
@@ -382,7 +395,15 @@ pub(crate) async fn create_settled_cluster(
     services: usize,
     concurrency: usize,
 ) {
-    create_nodes(env, track, 0..nodes, |_| NodeKind::Initialised, concurrency).await;
+    create_nodes(
+        env,
+        track,
+        0..nodes,
+        |_| NodeKind::Initialised,
+        concurrency,
+        None,
+    )
+    .await;
     create_services(env, track, 0..services, true, concurrency).await;
 }
 

@@ -61,7 +61,15 @@ pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
     for j in 0..k {
         let target = t0 + Duration::from_secs_f64(opts.interval * j as f64);
         tokio::time::sleep_until(target.into()).await;
-        create_nodes(env, &track, n + j..n + j + 1, |_| NodeKind::Tainted, 1).await;
+        create_nodes(
+            env,
+            &track,
+            n + j..n + j + 1,
+            |_| NodeKind::Tainted,
+            1,
+            None,
+        )
+        .await;
     }
     let last_join = Instant::now();
     // The same clock as the timestamps of fake-ccm's log lines (UTC wall clock).

@@ -29,7 +29,15 @@ pub(crate) async fn route_burst(env: &Env, opts: &Opts) -> Report {
         )
     });
     let t0 = Instant::now();
-    create_nodes(env, &track, 0..n, NodeKind::NeedsRoute, opts.concurrency).await;
+    create_nodes(
+        env,
+        &track,
+        0..n,
+        NodeKind::NeedsRoute,
+        opts.concurrency,
+        opts.node_rate,
+    )
+    .await;
     wait_until("every node routed", opts.timeout, || {
         lock(&track).node_network.len() >= n
     })

@@ -97,7 +97,7 @@ pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
             // Under a quota, one new tainted Node in the middle of the window: its
             // initialisation must not wait for the (stretched) address refresh.
             tokio::time::sleep(window / 2).await;
-            create_nodes(env, &track, n..n + 1, |_| NodeKind::Tainted, 1).await;
+            create_nodes(env, &track, n..n + 1, |_| NodeKind::Tainted, 1, None).await;
         }
         tokio::time::sleep_until((w0 + window).into()).await;
     }
