@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo bench -p fake-ccm --bench scale -- node-burst --nodes 1000 --latency-ms 0
 //! cargo bench -p fake-ccm --bench scale -- node-burst --nodes 5000 --latency-ms 50 --quota 20 --batch
+//! cargo bench -p fake-ccm --bench scale -- node-burst --nodes 100000 --node-rate 400 --timeout 1800
 //! cargo bench -p fake-ccm --bench scale -- lb-burst --nodes 50 --services 200 --latency-ms 50
 //! cargo bench -p fake-ccm --bench scale -- node-churn --nodes 50 --services 200 --add 20 --interval 0.05
 //! cargo bench -p fake-ccm --bench scale -- steady --nodes 5000 --services 1000 --settle 60
