@@ -26,6 +26,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, FieldError};
 use super::validation;
 
+#[cfg(feature = "fuzzing")]
 pub(crate) use create::RESOURCE_VERSION_ON_CREATE;
 pub(crate) use list_watch::{ListPage, change_kind, too_large};
 pub(crate) use object::StoredObject;
