@@ -5,6 +5,8 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::environment::Pace;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Scenario {
     /// N tainted nodes registered as fast as possible; time until each is initialised.
@@ -212,6 +214,14 @@ impl Opts {
             images: c.images,
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
+        }
+    }
+
+    /// How node-burst, node-ipam, route-burst and lb-burst create their Nodes.
+    pub(crate) fn node_pace(&self) -> Pace {
+        Pace {
+            concurrency: self.concurrency,
+            per_second: self.node_rate,
         }
     }
 

@@ -311,11 +311,35 @@ pub(crate) async fn watch_services(api: Api<Service>, cfg: watcher::Config, t: S
     }
 }
 
-/// Creates nodes `range` concurrently as kubelet registers them, recording each one's creation
-/// time (when the API server answered the create). With `per_second`, creation `i` starts no
-/// sooner than `i / per_second` after the first: a pace set by the bench, not by how fast this
-/// machine runs the harness and the API server (which varied from 330 to 650 Nodes/s with the
-/// machine's load), so that runs on different days compare.
+/// How fast the harness creates Nodes: at most `concurrency` creations in flight and, with
+/// `per_second`, creation `i` of a range started no sooner than `i / per_second` after the
+/// first. A set rate is a pace chosen by the bench, not by how fast this machine runs the
+/// harness and the API server (which varied from 330 to 650 Nodes/s with the machine's load),
+/// so that runs on different days compare.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pace {
+    pub(crate) concurrency: usize,
+    pub(crate) per_second: Option<f64>,
+}
+
+impl Pace {
+    /// One creation at a time, as a single kubelet joins.
+    pub(crate) const ONE_AT_A_TIME: Pace = Pace {
+        concurrency: 1,
+        per_second: None,
+    };
+
+    /// `concurrency` in flight, as fast as the API server answers.
+    pub(crate) fn unpaced(concurrency: usize) -> Pace {
+        Pace {
+            concurrency,
+            per_second: None,
+        }
+    }
+}
+
+/// Creates nodes `range` at `pace` as kubelet registers them, recording each one's creation
+/// time (when the API server answered the create).
 ///
 /// Kubelet registers in two steps, concurrently with the CCM: it creates the Node (with the
 /// status it has computed, addresses included), then right after sends its first status
@@ -328,8 +352,7 @@ pub(crate) async fn create_nodes(
     track: &Shared,
     range: std::ops::Range<usize>,
     kind: impl Fn(usize) -> NodeKind,
-    concurrency: usize,
-    per_second: Option<f64>,
+    pace: Pace,
 ) {
     let mut metas = HashMap::new();
     for i in range.clone() {
@@ -345,7 +368,7 @@ pub(crate) async fn create_nodes(
     let started = tokio::time::Instant::now();
     futures::stream::iter(range)
         .then(|i| async move {
-            if let Some(rate) = per_second {
+            if let Some(rate) = pace.per_second {
                 let due = Duration::from_secs_f64((i - first) as f64 / rate);
                 tokio::time::sleep_until(started + due).await;
             }
@@ -365,7 +388,7 @@ pub(crate) async fn create_nodes(
                     .unwrap();
             }
         })
-        .buffer_unordered(concurrency)
+        .buffer_unordered(pace.concurrency)
         .collect::<()>()
         .await;
 }
@@ -395,15 +418,8 @@ pub(crate) async fn create_settled_cluster(
     services: usize,
     concurrency: usize,
 ) {
-    create_nodes(
-        env,
-        track,
-        0..nodes,
-        |_| NodeKind::Initialised,
-        concurrency,
-        None,
-    )
-    .await;
+    let pace = Pace::unpaced(concurrency);
+    create_nodes(env, track, 0..nodes, |_| NodeKind::Initialised, pace).await;
     create_services(env, track, 0..services, true, concurrency).await;
 }
 

@@ -28,15 +28,7 @@ pub(crate) async fn lb_burst(
         let _p = Progress::start("setup", move || {
             format!("nodes initialised {}/{n}", lock(&t).node_initialised.len())
         });
-        create_nodes(
-            env,
-            &track,
-            0..n,
-            |_| NodeKind::Tainted,
-            opts.concurrency,
-            opts.node_rate,
-        )
-        .await;
+        create_nodes(env, &track, 0..n, |_| NodeKind::Tainted, opts.node_pace()).await;
         wait_until("every node initialised", opts.timeout, || {
             lock(&track).node_initialised.len() >= n
         })

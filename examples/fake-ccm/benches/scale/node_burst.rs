@@ -54,15 +54,7 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
         )
     });
     let t0 = Instant::now();
-    create_nodes(
-        env,
-        &track,
-        0..n,
-        |_| NodeKind::Tainted,
-        opts.concurrency,
-        opts.node_rate,
-    )
-    .await;
+    create_nodes(env, &track, 0..n, |_| NodeKind::Tainted, opts.node_pace()).await;
     let created_all = Instant::now();
     wait_until("every node initialised", opts.timeout, || {
         lock(&track).node_initialised.len() >= n

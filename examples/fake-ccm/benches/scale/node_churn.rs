@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::ccm::{CallWatch, Ccm, HOST_COUNTS_MESSAGE, LogTail, Metrics, diff, host_counts_line};
 use crate::cli::Opts;
-use crate::environment::{Env, Progress, create_nodes, lock, secs, wait_until};
+use crate::environment::{Env, Pace, Progress, create_nodes, lock, secs, wait_until};
 use crate::lb_burst::lb_burst;
 use crate::objects::NodeKind;
 use crate::report::{Report, Row, api_figures};
@@ -61,15 +61,8 @@ pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
     for j in 0..k {
         let target = t0 + Duration::from_secs_f64(opts.interval * j as f64);
         tokio::time::sleep_until(target.into()).await;
-        create_nodes(
-            env,
-            &track,
-            n + j..n + j + 1,
-            |_| NodeKind::Tainted,
-            1,
-            None,
-        )
-        .await;
+        let (joiner, kind) = (n + j..n + j + 1, |_| NodeKind::Tainted);
+        create_nodes(env, &track, joiner, kind, Pace::ONE_AT_A_TIME).await;
     }
     let last_join = Instant::now();
     // The same clock as the timestamps of fake-ccm's log lines (UTC wall clock).

@@ -57,15 +57,7 @@ pub(crate) async fn node_ipam(env: &Env, opts: &Opts) -> Report {
         )
     });
     let t0 = Instant::now();
-    create_nodes(
-        env,
-        &track,
-        0..n,
-        |_| NodeKind::Tainted,
-        opts.concurrency,
-        opts.node_rate,
-    )
-    .await;
+    create_nodes(env, &track, 0..n, |_| NodeKind::Tainted, opts.node_pace()).await;
     let created_all = Instant::now();
     wait_until("every node has a pod CIDR", opts.timeout, || {
         lock(&track).node_pod_cidr.len() >= n

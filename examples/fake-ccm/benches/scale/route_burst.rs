@@ -29,15 +29,7 @@ pub(crate) async fn route_burst(env: &Env, opts: &Opts) -> Report {
         )
     });
     let t0 = Instant::now();
-    create_nodes(
-        env,
-        &track,
-        0..n,
-        NodeKind::NeedsRoute,
-        opts.concurrency,
-        opts.node_rate,
-    )
-    .await;
+    create_nodes(env, &track, 0..n, NodeKind::NeedsRoute, opts.node_pace()).await;
     wait_until("every node routed", opts.timeout, || {
         lock(&track).node_network.len() >= n
     })

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::ccm::{Ccm, Metrics, diff};
 use crate::cli::Opts;
 use crate::environment::{
-    Env, Progress, Shared, create_nodes, create_settled_cluster, lock, observe, watch_events,
+    Env, Pace, Progress, Shared, create_nodes, create_settled_cluster, lock, observe, watch_events,
 };
 use crate::objects::NodeKind;
 use crate::report::{Report, api_figures, event_figures};
@@ -97,7 +97,8 @@ pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
             // Under a quota, one new tainted Node in the middle of the window: its
             // initialisation must not wait for the (stretched) address refresh.
             tokio::time::sleep(window / 2).await;
-            create_nodes(env, &track, n..n + 1, |_| NodeKind::Tainted, 1, None).await;
+            let (joiner, kind) = (n..n + 1, |_| NodeKind::Tainted);
+            create_nodes(env, &track, joiner, kind, Pace::ONE_AT_A_TIME).await;
         }
         tokio::time::sleep_until((w0 + window).into()).await;
     }
