@@ -193,7 +193,8 @@ impl CidrSet {
     fn block(&self, i: u64) -> IpNet {
         let shift = u32::from(family_bits(&self.cluster) - self.node_mask);
         let base = addr_to_u128(self.cluster.network());
-        let addr = base + (u128::from(i) << shift);
+        // A shift of 128 (`::/0` split into `/0` blocks) has one block, index 0.
+        let addr = base + u128::from(i).checked_shl(shift).unwrap_or(0);
         match self.cluster {
             // In range by construction: `i < max` keeps the address inside the cluster CIDR.
             IpNet::V4(_) => IpNet::V4(
@@ -211,7 +212,7 @@ impl CidrSet {
     fn index_of(&self, addr: IpAddr) -> u64 {
         let shift = u32::from(family_bits(&self.cluster) - self.node_mask);
         let offset = addr_to_u128(addr) - addr_to_u128(self.cluster.network());
-        (offset >> shift) as u64
+        offset.checked_shr(shift).unwrap_or(0) as u64
     }
 
     /// The blocks `cidr` covers (Go's `getBeginningAndEndIndices`): all of them when `cidr`

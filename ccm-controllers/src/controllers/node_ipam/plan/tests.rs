@@ -19,6 +19,19 @@ fn allocates_blocks_in_order_and_exhausts() {
     assert_eq!(set.usage(), 1.0);
 }
 
+/// The whole IPv6 space as one block (`::/0`, node mask 0; found by the `addresses` fuzz
+/// target: the 128-bit shift overflowed).
+#[test]
+fn the_whole_ipv6_space_is_one_block() {
+    let mut set = CidrSet::new(net("::/0"), 0).unwrap();
+    assert_eq!(set.max(), 1);
+    assert_eq!(set.allocate_next(), Some((net("::/0"), 0)));
+    assert_eq!(set.allocate_next(), None);
+    assert_eq!(set.release(&net("::/0")), Ok(1));
+    set.occupy(&net("::/0")).unwrap();
+    assert_eq!(set.allocated(), 1);
+}
+
 #[test]
 fn release_makes_a_block_available_and_the_candidate_moves_on() {
     let mut set = CidrSet::new(net("10.0.0.0/22"), 24).unwrap();
