@@ -2,9 +2,9 @@
 //!
 //! On first use it is installed by this file into `examples/aws-ccm/.moto-venv` (a Python
 //! virtual environment, git-ignored), under a file lock so that test binaries running in
-//! parallel install it once. Each [`Moto`] is its own `moto_server` process on a free loopback
-//! port, with its own state, killed when dropped. Nothing is skipped: a machine that cannot get
-//! moto fails the tests with a message naming what is missing.
+//! parallel install it once. Each [`Moto`] is its own `moto_server` process on a loopback port
+//! it binds itself, with its own state, killed when dropped. Nothing is skipped: a machine that
+//! cannot get moto fails the tests with a message naming what is missing.
 #![allow(
     dead_code,
     clippy::unwrap_used,
@@ -12,10 +12,11 @@
     clippy::print_stderr
 )]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The moto release the tests are written against.
@@ -28,25 +29,58 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// Installs moto if needed, then starts a server on a free port and waits until it answers.
+    /// Installs moto if needed, then starts a server on a port of its own and waits until it
+    /// answers HTTP.
+    ///
+    /// The server binds port 0 and the port is read from its startup line: a port picked here
+    /// and handed over could be picked by a parallel test too before either server binds it,
+    /// and the test whose server lost the race would talk to the other test's server until that
+    /// one is killed (connection refused mid-test: seen in CI).
     pub fn start() -> Moto {
         let server = ensure_installed();
-        for _ in 0..5 {
-            let port = free_port();
-            let child = Command::new(&server)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
-            let mut moto = Moto { child, port };
-            if moto.wait_ready(Duration::from_secs(60)) {
-                return moto;
+        let mut child = Command::new(&server)
+            .args(["-H", "127.0.0.1", "-p", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", server.display()));
+        let stderr = child.stderr.take().unwrap();
+        let (port_tx, port_rx) = mpsc::channel();
+        // Reads the startup lines until the port, then drains the request log for the server's
+        // lifetime (a full pipe would block the server).
+        std::thread::spawn(move || {
+            let mut port_tx = Some(port_tx);
+            let mut startup = String::new();
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(tx) = &port_tx {
+                    startup.push_str(&line);
+                    startup.push('\n');
+                    if let Some(port) = listening_port(&line) {
+                        let _ = tx.send(Ok(port));
+                        port_tx = None;
+                    }
+                }
             }
-            // Lost the port to someone else (or a slow start): try another one.
-            let _ = moto.child.kill();
-        }
-        panic!("moto_server did not start on any of five free ports");
+            if let Some(tx) = port_tx {
+                let _ = tx.send(Err(startup));
+            }
+        });
+        let port = match port_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(port)) => port,
+            Ok(Err(startup)) => {
+                let _ = child.wait();
+                panic!("moto_server exited before listening:\n{startup}")
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("moto_server did not say which port it listens on within 60 s")
+            }
+        };
+        let mut moto = Moto { child, port };
+        moto.wait_answering(Duration::from_secs(60));
+        moto
     }
 
     /// `http://127.0.0.1:<port>`.
@@ -54,20 +88,46 @@ impl Moto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> bool {
+    /// Waits until the server answers an HTTP request (an answer, not only an accepted
+    /// connection: a connection to an unused local port can be a TCP self-connect).
+    fn wait_answering(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("moto_server exited ({status}) before answering");
             }
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = stream.write_all(b"GET /moto-api/ HTTP/1.0\r\n\r\n");
-                return true;
+            if self.answers() {
+                return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        false
+        panic!(
+            "moto_server on port {} did not answer within {timeout:?}",
+            self.port
+        );
     }
+
+    fn answers(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        if stream
+            .write_all(b"GET /moto-api/ HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .is_err()
+        {
+            return false;
+        }
+        let mut head = [0u8; 8];
+        stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
+    }
+}
+
+/// The port in werkzeug's startup line ` * Running on http://127.0.0.1:<port>`.
+fn listening_port(line: &str) -> Option<u16> {
+    let rest = line.split("Running on http://127.0.0.1:").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().filter(|port| *port != 0)
 }
 
 impl Drop for Moto {
@@ -75,14 +135,6 @@ impl Drop for Moto {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn venv_dir() -> PathBuf {
