@@ -26,28 +26,38 @@ fn https() -> reqwest::Client {
 }
 
 /// Starts fake-ccm serving on a free port; returns it and the base URL once `/healthz`
-/// answers.
+/// answers and the process is still running (a process that exits first, e.g. because
+/// something else took the port, is started again on another port).
 async fn start(
     server: &ApiServer,
     config: &std::path::Path,
     extra: &[&str],
 ) -> (tokio::process::Child, String) {
-    let port = free_port();
-    let ccm = support::fake_ccm(server, config, port)
-        .args(extra)
-        .spawn()
-        .unwrap();
-    let base = format!("https://127.0.0.1:{port}");
     let client = https();
-    for _ in 0..300 {
-        if let Ok(r) = client.get(format!("{base}/healthz")).send().await
-            && r.status() == 200
-        {
-            return (ccm, base);
+    for _ in 0..5 {
+        let port = free_port();
+        let mut ccm = support::fake_ccm(server, config, port)
+            .args(extra)
+            .spawn()
+            .unwrap();
+        let base = format!("https://127.0.0.1:{port}");
+        for _ in 0..300 {
+            if ccm.try_wait().unwrap().is_some() {
+                break;
+            }
+            if let Ok(r) = client.get(format!("{base}/healthz")).send().await
+                && r.status() == 200
+                && ccm.try_wait().unwrap().is_none()
+            {
+                return (ccm, base);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if ccm.try_wait().unwrap().is_none() {
+            panic!("fake-ccm never served /healthz on {base}");
+        }
     }
-    panic!("fake-ccm never served /healthz on {base}");
+    panic!("fake-ccm exited before serving, five times");
 }
 
 async fn get(url: &str, token: Option<&str>) -> (u16, Vec<u8>) {

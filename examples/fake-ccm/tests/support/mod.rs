@@ -1,15 +1,17 @@
 //! Starting and stopping the `fake-ccm` binary, shared by the tests that run it as a process.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use ccm_testing::apiserver::ApiServer;
 
 /// `fake-ccm` against `server` with the FakeCloud config at `config`: no leader election, the
-/// secure port `secure_port` on 127.0.0.1 (0: no HTTPS serving), no cloud routes, stdout discarded, stderr inherited (the caller may
-/// change both), killed when dropped.
+/// secure port `secure_port` on 127.0.0.1 (0: no HTTPS serving), no cloud routes, stdout
+/// discarded, stderr inherited (the caller may change both), killed when dropped.
 pub(crate) fn fake_ccm(
     server: &ApiServer,
     config: &Path,
@@ -49,11 +51,19 @@ pub(crate) async fn stop(ccm: &mut tokio::process::Child) -> ExitStatus {
         .unwrap()
 }
 
-/// A port on 127.0.0.1 nothing listens on right now, for a process's `--secure-port`.
+/// A port on 127.0.0.1 nothing listens on right now, for a process's `--secure-port`; never
+/// the same one twice in this test binary (the OS may hand a just-released port out again, and
+/// two tests running in parallel would then start their processes on one port).
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
