@@ -150,14 +150,6 @@ pub(crate) fn diff(
         .collect()
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 pub(crate) fn clk_tck() -> f64 {
     // `getconf CLK_TCK` instead of libc::sysconf: the workspace forbids unsafe code.
     std::process::Command::new("getconf")
@@ -221,7 +213,7 @@ impl Ccm {
         cloud_config.push_str(extra_config);
         std::fs::write(&config, cloud_config).unwrap();
         let log = dir.join(format!("{}{replica}-fake-ccm.log", env.run));
-        let port = free_port();
+        let port = crate::support::free_port();
         let binary = env!("CARGO_BIN_EXE_fake-ccm");
         let mut cmd = match opts.ccm_wrapper.as_deref().map(str::split_whitespace) {
             Some(mut words) => {

@@ -45,6 +45,9 @@ mod report;
 mod route_burst;
 mod shadow;
 mod steady;
+/// The tests' process helpers: `free_port` for each replica's `--secure-port`.
+#[path = "../../tests/support/mod.rs"]
+mod support;
 
 use clap::Parser;
 use serde_json::{Value, json};
