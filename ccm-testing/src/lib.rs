@@ -65,6 +65,7 @@ pub mod conformance;
 pub mod fake_cloud;
 pub mod harness;
 pub mod logging;
+pub mod partition;
 mod shared_lock;
 pub mod wait;
 

@@ -144,7 +144,7 @@ impl ControllerContext {
         };
         let (services, service_driver) = Informer::new(
             service_api,
-            with_labels(watcher::Config::default(), &scope.service_labels),
+            with_labels(informer::watcher_config(), &scope.service_labels),
             informer::strip_nothing,
             params.shutdown.clone(),
         );

@@ -12,7 +12,10 @@
 //! - [`RequestMetricsLayer`] (inner, after the limiter as in client-go):
 //!   `rest_client_requests_total{code,method,host}` and
 //!   `rest_client_request_duration_seconds{verb,host}` (time to response headers).
+//! - [`ConnectionLivenessLayer`] (innermost): every connection's liveness bound and the report
+//!   of the dead ones (`liveness.rs`).
 
+mod liveness;
 mod token;
 
 use std::collections::HashMap;
@@ -38,6 +41,8 @@ use crate::machinery::shadow::Shadow;
 use crate::machinery::shadow::write_guard::WriteGuardLayer;
 use crate::options::Options;
 
+pub(crate) use liveness::READ_IDLE_TIMEOUT;
+pub(crate) use liveness::{ClientLiveness, ConnectionLivenessLayer, WatchLiveness};
 pub(crate) use token::{BearerTokenLayer, ServiceAccountTokens, TOKEN_EXPIRATION_SECONDS};
 
 /// The Kubernetes client could not be built.
@@ -167,6 +172,7 @@ struct FactoryInner {
     burst: u32,
     version: String,
     metrics_layer: RequestMetricsLayer,
+    liveness: ConnectionLivenessLayer,
     service_accounts: bool,
     root: Client,
     /// The token source of each ServiceAccount, shared by its clients.
@@ -224,13 +230,15 @@ impl ClientFactory {
             .authority()
             .map(|a| a.to_string())
             .unwrap_or_default();
-        let metrics_layer = RequestMetricsLayer::new(host, metrics);
+        let metrics_layer = RequestMetricsLayer::new(host.clone(), metrics);
+        let liveness = ConnectionLivenessLayer::new(host, READ_IDLE_TIMEOUT, metrics);
         let root = build_with(
             config.clone(),
             &user_agent(version, ROOT_CLIENT_NAME),
             qps,
             burst,
             &metrics_layer,
+            liveness.for_client(ROOT_CLIENT_NAME),
             None,
             shadow
                 .as_ref()
@@ -243,6 +251,7 @@ impl ClientFactory {
                 burst,
                 version: version.to_owned(),
                 metrics_layer,
+                liveness,
                 service_accounts,
                 root,
                 tokens: tokio::sync::Mutex::new(HashMap::new()),
@@ -255,6 +264,11 @@ impl ClientFactory {
     /// Whether controllers get ServiceAccount credentials (`--use-service-account-credentials`).
     pub fn uses_service_accounts(&self) -> bool {
         self.inner.service_accounts
+    }
+
+    /// Whether each watched path has a live watch (for `/readyz`).
+    pub(crate) fn watch_liveness(&self) -> WatchLiveness {
+        self.inner.liveness.watches()
     }
 
     /// The root client (user agent `.../cloud-controller-manager`): leader election, serving,
@@ -273,6 +287,7 @@ impl ClientFactory {
             i.qps,
             i.burst,
             &i.metrics_layer,
+            i.liveness.for_client(name),
             None,
             i.guard(name),
         )
@@ -299,6 +314,7 @@ impl ClientFactory {
             i.qps,
             i.burst,
             &i.metrics_layer,
+            i.liveness.for_client(name),
             Some(tokens),
             i.guard(name),
         )
@@ -339,15 +355,18 @@ impl ClientFactory {
     }
 }
 
-/// One client: `agent`, its own token bucket, the shared request metrics and, with `tokens`,
-/// their bearer token on every request (set after the token bucket let the request go, so a
+/// One client: `agent`, its own token bucket, the shared request metrics, the connections'
+/// liveness bound ([`READ_IDLE_TIMEOUT`], reported by `liveness`) and, with `tokens`, their
+/// bearer token on every request (set after the token bucket let the request go, so a
 /// request that waited long still gets a fresh token).
+#[allow(clippy::too_many_arguments)] // one call per kind of client, each naming every part
 fn build_with(
     mut config: Config,
     agent: &str,
     qps: f64,
     burst: u32,
     metrics_layer: &RequestMetricsLayer,
+    liveness: ClientLiveness,
     tokens: Option<ServiceAccountTokens>,
     guard: Option<WriteGuardLayer>,
 ) -> Result<Client, ClientError> {
@@ -355,8 +374,15 @@ fn build_with(
         .map_err(|e| ClientError::Build(format!("user agent {agent:?}: {e}")))?;
     config.headers.retain(|(name, _)| name != USER_AGENT);
     config.headers.push((USER_AGENT, agent));
+    // The liveness bound: a connection silent for this long while a request waits on it is
+    // closed and the request fails (and is retried on a new connection). Counted from the
+    // request's last write, not from when a pooled connection went idle.
+    config.read_timeout = Some(READ_IDLE_TIMEOUT);
+    config.reset_reader_on_write = true;
     let limit = RateLimitLayer::new(Arc::new(TokenBucket::new(qps, burst)));
-    let builder = ClientBuilder::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|e| ClientError::Build(e.to_string()))?
+        .with_layer(&liveness);
     // Shadow mode: the write guard is the outermost layer, so every request of every client
     // passes it (see `machinery/shadow`).
     Ok(match (tokens, guard) {

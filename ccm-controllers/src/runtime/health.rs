@@ -3,7 +3,10 @@
 //! - `/healthz` and `/livez`: 200 `ok` while the process works; 500 once the lease is lost.
 //! - `/readyz`: 200 `ok` when the shared informers have synced and this process leads (or runs
 //!   without election), or when it stands by healthily (it can read the Lease); 503 with the
-//!   reason otherwise, and from the moment shutdown starts.
+//!   reason otherwise, and from the moment shutdown starts. A leader is also not ready while
+//!   a watch (e.g. the shared Node informer's) lost its connection as dead and has had no live
+//!   watch since for longer than the read-idle bound (`runtime/client/liveness.rs`): it sees
+//!   no change in the cluster. `/livez` stays 200 then: a restart would not mend the network.
 //! - `/metrics`: the registry in OpenMetrics text format.
 //!
 //! The router is served over HTTPS with delegated authentication and authorization by
@@ -11,6 +14,7 @@
 //! the probes are in `--authorization-always-allow-paths` by default. Go has no `/readyz` or
 //! `/livez`.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -22,6 +26,7 @@ use axum::routing::get;
 use tokio::sync::watch;
 
 use crate::machinery::metrics::MetricsRegistry;
+use crate::runtime::client::{READ_IDLE_TIMEOUT, WatchLiveness};
 use crate::runtime::leader::LeaderState;
 
 /// What the probes report; shared between the runtime and the server.
@@ -33,41 +38,63 @@ pub(crate) struct Health {
     pub synced: AtomicBool,
     /// Shutdown has started.
     pub shutting_down: AtomicBool,
+    /// Whether the watches have live connections.
+    pub watches: WatchLiveness,
 }
 
 impl Health {
-    /// Initial state: not synced, not shutting down, `leader` as given.
-    pub(crate) fn new(leader: LeaderState) -> Arc<Self> {
+    /// Initial state: not synced, not shutting down, `leader` as given, the watches' liveness
+    /// read from `watches`.
+    pub(crate) fn new(leader: LeaderState, watches: WatchLiveness) -> Arc<Self> {
         Arc::new(Health {
             leader: watch::channel(leader).0,
             synced: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            watches,
         })
     }
 
     /// `(healthy, reason)` for `/healthz` and `/livez`.
-    pub(crate) fn live(&self) -> (bool, &'static str) {
+    pub(crate) fn live(&self) -> (bool, Cow<'static, str>) {
         match *self.leader.borrow() {
-            LeaderState::Lost => (false, "leader election lost"),
-            _ => (true, "ok"),
+            LeaderState::Lost => (false, "leader election lost".into()),
+            _ => (true, "ok".into()),
         }
     }
 
     /// `(ready, reason)` for `/readyz`.
-    pub(crate) fn ready(&self) -> (bool, &'static str) {
+    pub(crate) fn ready(&self) -> (bool, Cow<'static, str>) {
         if self.shutting_down.load(Ordering::SeqCst) {
-            return (false, "shutting down");
+            return (false, "shutting down".into());
         }
         let synced = self.synced.load(Ordering::SeqCst);
         match *self.leader.borrow() {
-            LeaderState::Lost => (false, "leader election lost"),
-            LeaderState::Standby { healthy: true } => (true, "ok"),
-            LeaderState::Standby { healthy: false } => {
-                (false, "standing by, but the leader Lease cannot be read")
+            LeaderState::Lost => (false, "leader election lost".into()),
+            LeaderState::Standby { healthy: true } => (true, "ok".into()),
+            LeaderState::Standby { healthy: false } => (
+                false,
+                "standing by, but the leader Lease cannot be read".into(),
+            ),
+            LeaderState::Leading | LeaderState::Disabled if synced => {
+                let down = self.watches.down_longer_than(READ_IDLE_TIMEOUT);
+                if down.is_empty() {
+                    return (true, "ok".into());
+                }
+                let which: Vec<String> = down
+                    .iter()
+                    .map(|(path, d)| format!("{path} for {}s", d.as_secs()))
+                    .collect();
+                (
+                    false,
+                    format!(
+                        "no live watch (its connection to the API server was found dead): {}",
+                        which.join(", ")
+                    )
+                    .into(),
+                )
             }
-            LeaderState::Leading | LeaderState::Disabled if synced => (true, "ok"),
             LeaderState::Leading | LeaderState::Disabled => {
-                (false, "shared informers have not synced yet")
+                (false, "shared informers have not synced yet".into())
             }
         }
     }
@@ -79,7 +106,7 @@ struct AppState {
     metrics: Arc<MetricsRegistry>,
 }
 
-fn probe((ok, reason): (bool, &'static str), failure: StatusCode) -> Response {
+fn probe((ok, reason): (bool, Cow<'static, str>), failure: StatusCode) -> Response {
     let status = if ok { StatusCode::OK } else { failure };
     (
         status,
@@ -155,7 +182,7 @@ mod tests {
             (LeaderState::Leading, true, true, true, false),
         ];
         for (state, synced, stopping, live, ready) in cases {
-            let h = Health::new(state);
+            let h = Health::new(state, WatchLiveness::default());
             h.synced.store(synced, Ordering::SeqCst);
             h.shutting_down.store(stopping, Ordering::SeqCst);
             assert_eq!(
@@ -169,5 +196,25 @@ mod tests {
                 "{state:?} synced={synced} stopping={stopping}"
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_is_not_ready_while_a_watch_has_been_dead_longer_than_the_bound() {
+        let watches = WatchLiveness::default();
+        let h = Health::new(LeaderState::Leading, watches.clone());
+        h.synced.store(true, Ordering::SeqCst);
+        watches.down("/api/v1/nodes");
+        assert!(
+            h.ready().0,
+            "a dead connection just found is being replaced"
+        );
+        tokio::time::advance(READ_IDLE_TIMEOUT + std::time::Duration::from_secs(1)).await;
+        let (ready, reason) = h.ready();
+        assert!(!ready);
+        assert!(reason.contains("/api/v1/nodes"), "{reason}");
+        assert!(
+            h.live().0,
+            "/livez stays up: a restart would not mend the network"
+        );
     }
 }

@@ -234,14 +234,26 @@ pub(crate) fn spawn(
 
 /// Renews through the manager until it reports the lease lost; failed renewals are logged and
 /// retried every retry period (the deadline is enforced by the watchdog in [`hold`]).
-async fn renew(manager: &LeaseManager, retry_period: Duration) -> String {
+///
+/// Each round (wait for the renewal times, then renew) is bounded by half of
+/// `--leader-elect-renew-deadline`: a renewal hanging on a dead connection is abandoned (its
+/// connection closed) and tried again on a new one while the deadline still allows it to
+/// succeed, instead of waiting out the client's read-idle bound (13 s, more than the 10 s
+/// deadline). The watchdog in [`keep`] still steps down at the deadline if no renewal lands.
+async fn renew(manager: &LeaseManager, retry_period: Duration, renew_deadline: Duration) -> String {
+    let round = (renew_deadline / 2).max(retry_period + Duration::from_secs(1));
     loop {
-        match manager.changed().await {
-            Ok(true) => {}
-            Ok(false) => return "another process holds the lease".to_owned(),
-            Err(e) => {
+        match tokio::time::timeout(round, manager.changed()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return "another process holds the lease".to_owned(),
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "renewing the leader lease failed; retrying");
                 tokio::time::sleep(retry_period).await;
+            }
+            // A round is cut every `round` even when healthy (`changed` returns only on a change
+            // of holder); the next one re-syncs the state and renews as due.
+            Err(_) => {
+                tracing::debug!(bound = ?round, "lease renewal round ended; starting the next")
             }
         }
     }
@@ -266,7 +278,7 @@ async fn keep(
     {
         let api: Api<Lease> = Api::namespaced(client, &config.namespace);
         let outcome: Option<String> = {
-            let renewer = renew(&manager, config.retry_period);
+            let renewer = renew(&manager, config.retry_period, config.renew_deadline);
             tokio::pin!(renewer);
             let mut tick = tokio::time::interval(config.retry_period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

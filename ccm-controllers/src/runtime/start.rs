@@ -70,11 +70,14 @@ where
 
         // A shadow takes no Lease: it runs beside the leader, never competing with it.
         let election = options.leader_election.leader_elect && shadow.is_none();
-        let health = Health::new(if election {
-            LeaderState::Standby { healthy: true }
-        } else {
-            LeaderState::Disabled
-        });
+        let health = Health::new(
+            if election {
+                LeaderState::Standby { healthy: true }
+            } else {
+                LeaderState::Disabled
+            },
+            clients.factory.watch_liveness(),
+        );
         let mut router = health::router(health.clone(), metrics.clone());
         if options.compat.profiling_enabled() {
             router = router.merge(super::profiling::router());

@@ -25,6 +25,7 @@ mod lease_renewal;
 mod node_ipam;
 mod node_lifecycle;
 mod ownership;
+mod partition;
 mod rbac;
 mod route;
 mod route_runtime;
