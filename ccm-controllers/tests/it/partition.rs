@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use ccm_controllers::Builder;
+use ccm_controllers::{Builder, ClientFactory, MetricsRegistry};
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
 use ccm_testing::fake_cloud::FakeCloud;
@@ -150,5 +150,47 @@ async fn after_every_connection_freezes_a_new_node_is_initialised_and_a_new_load
             .unwrap(),
         0
     );
+    cluster.cleanup().await;
+}
+
+/// A request sent into a frozen pooled connection fails at the read-idle bound instead of
+/// hanging (today's code waits for ever: kube sets no read timeout), is counted as a dead
+/// connection, and the next request goes over a new connection.
+#[tokio::test]
+async fn a_request_on_a_frozen_connection_fails_at_the_bound_and_the_next_goes_over_a_new_one() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // the client under test reaches the in-process server through the proxy
+    };
+    let proxy = PartitionProxy::start(&server.url()).await.unwrap();
+    let metrics = MetricsRegistry::new();
+    let config = kube::Config::new(proxy.url().parse().unwrap());
+    let factory = ClientFactory::new(config, 1000.0, 1000, "test", &metrics, false).unwrap();
+    let nodes: Api<Node> = Api::all(factory.client_for("partition-test").await.unwrap());
+    let name = cluster.unique_name("frozen");
+    cluster.create(&kubelet_node(&name).build()).await;
+    nodes
+        .get(&name)
+        .await
+        .expect("a first GET opens a connection");
+
+    assert_eq!(proxy.freeze(), 1, "one pooled connection");
+    let first = tokio::time::timeout(RECOVERY_BOUND, nodes.get(&name))
+        .await
+        .expect("the request on the frozen connection does not hang");
+    assert!(first.is_err(), "it fails: {first:?}");
+    nodes
+        .get(&name)
+        .await
+        .expect("the next request goes over a new connection");
+    let all = samples(&metrics.encode().unwrap());
+    let dead = all
+        .iter()
+        .find(|(series, _)| {
+            series.starts_with("rest_client_dead_connections_total{")
+                && series.contains("kind=\"request\"")
+        })
+        .map(|(_, v)| *v);
+    assert_eq!(dead, Some(1.0), "counted once");
     cluster.cleanup().await;
 }

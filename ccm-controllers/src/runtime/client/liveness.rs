@@ -140,6 +140,14 @@ impl ConnectionLivenessLayer {
             "Connections to the API server found dead (silent for longer than the read-idle bound while a request or watch waited on them), by host and kind (watch or request)",
             dead.clone(),
         );
+        // Both series exist from the start (at 0), so that an alert's `increase()` sees the
+        // first dead connection and a scrape shows the counter before anything went wrong.
+        for kind in ["watch", "request"] {
+            dead.get_or_create(&DeadLabels {
+                host: host.clone(),
+                kind: kind.to_owned(),
+            });
+        }
         ConnectionLivenessLayer {
             inner: Arc::new(LivenessInner {
                 host,
