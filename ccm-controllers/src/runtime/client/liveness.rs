@@ -143,7 +143,7 @@ impl ConnectionLivenessLayer {
         // Both series exist from the start (at 0), so that an alert's `increase()` sees the
         // first dead connection and a scrape shows the counter before anything went wrong.
         for kind in ["watch", "request"] {
-            dead.get_or_create(&DeadLabels {
+            let _ = dead.get_or_create(&DeadLabels {
                 host: host.clone(),
                 kind: kind.to_owned(),
             });
