@@ -28,7 +28,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -52,8 +52,12 @@ struct Shared {
     freezes: watch::Sender<u64>,
     /// Connections currently carrying bytes.
     open: AtomicUsize,
+    /// New connections are frozen from the start (the API server unreachable altogether).
+    freeze_new: AtomicBool,
     /// The sockets of the frozen connections, held open until the proxy drops.
     frozen: Mutex<Vec<(TcpStream, TcpStream)>>,
+    /// Connections accepted while new ones freeze, held open until the proxy drops.
+    held: Mutex<Vec<TcpStream>>,
 }
 
 impl PartitionProxy {
@@ -70,7 +74,9 @@ impl PartitionProxy {
         let shared = Arc::new(Shared {
             freezes: watch::channel(0).0,
             open: AtomicUsize::new(0),
+            freeze_new: AtomicBool::new(false),
             frozen: Mutex::new(Vec::new()),
+            held: Mutex::new(Vec::new()),
         });
         let accept =
             AbortOnDropHandle::new(tokio::spawn(accept_loop(listener, target, shared.clone())));
@@ -104,6 +110,13 @@ impl PartitionProxy {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .len()
+    }
+
+    /// With `true`, every connection made from now on is accepted and frozen at once (no byte
+    /// reaches the upstream): the API server is silent altogether, as when the whole path to
+    /// it hangs. `false` lets new connections work again.
+    pub fn set_freeze_new_connections(&self, freeze: bool) {
+        self.shared.freeze_new.store(freeze, Ordering::SeqCst);
     }
 
     /// Freezes every connection established now: from this moment each carries no byte in
@@ -149,6 +162,15 @@ async fn accept_loop(listener: TcpListener, target: String, shared: Arc<Shared>)
         let target = target.clone();
         let shared = shared.clone();
         tokio::spawn(async move {
+            if shared.freeze_new.load(Ordering::SeqCst) {
+                // Held open, never read: the client's bytes sit in the proxy's kernel.
+                shared
+                    .held
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(client);
+                return;
+            }
             let Ok(upstream) = TcpStream::connect(&target).await else {
                 return; // the client sees its connection closed, as with an unreachable server
             };

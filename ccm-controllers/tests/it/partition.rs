@@ -194,3 +194,58 @@ async fn a_request_on_a_frozen_connection_fails_at_the_bound_and_the_next_goes_o
     assert_eq!(dead, Some(1.0), "counted once");
     cluster.cleanup().await;
 }
+
+/// When the API server is silent altogether (every connection, new ones too, frozen), the
+/// leader's renewals hang: it steps down at `--leader-elect-renew-deadline` (10 s by default)
+/// and exits 1, as before the liveness bound, so a standby on a working path can take over.
+#[tokio::test]
+async fn a_leader_whose_renewals_all_hang_steps_down_at_the_renew_deadline() {
+    let cluster = TestCluster::start().await;
+    let Some(server) = cluster.api_server() else {
+        return; // in-process only: the runtime reaches the server through the proxy
+    };
+    let proxy = PartitionProxy::start(&server.url()).await.unwrap();
+    let cloud = FakeCloud::default();
+    let namespace = cluster.namespace().await;
+    let lease = cluster.unique_name("partition-lease");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let runtime = tokio::spawn(
+        Builder::new()
+            .without_builtin_controllers()
+            .provider(cloud.provider())
+            .listener(listener)
+            .args([
+                "ccm".to_owned(),
+                format!("--master={}", proxy.url()),
+                format!("--leader-elect-resource-namespace={namespace}"),
+                format!("--leader-elect-resource-name={lease}"),
+                "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
+            ])
+            .shutdown_signal(std::future::pending())
+            .run_async(),
+    );
+    assert!(
+        ccm_testing::wait::eventually(Duration::from_secs(30), || async {
+            let (_, body) = http_get(addr, "/metrics").await;
+            samples(&body)
+                .iter()
+                .any(|(s, v)| s.starts_with("leader_election_master_status{") && *v == 1.0)
+        })
+        .await,
+        "the runtime leads"
+    );
+    proxy.set_freeze_new_connections(true);
+    proxy.freeze();
+    let frozen_at = Instant::now();
+    let code = tokio::time::timeout(RECOVERY_BOUND, runtime)
+        .await
+        .expect("the leader whose renewals hang steps down")
+        .unwrap();
+    eprintln!(
+        "partition: the leader stepped down {:?} after every connection froze",
+        frozen_at.elapsed()
+    );
+    assert_eq!(code, 1, "losing the lease exits 1");
+    cluster.cleanup().await;
+}
