@@ -4,9 +4,9 @@
 //! logs and counts them, and carries on over new ones: a Node that joins after the freeze is
 //! initialised and a new LoadBalancer Service gets its ingress, the leader keeps its Lease.
 //!
-//! In-process only: the built-in controllers would act on a real cluster's Nodes with
-//! FakeCloud's answers. `ccm_testing::partition::PartitionProxy` works in front of any API
-//! server for a vendor's own scenario.
+//! The whole-CCM scenario runs in-process only (the built-in controllers would act on a real
+//! cluster's Nodes with FakeCloud's answers); the frozen request and the leader's step-down run
+//! against `$CCM_TEST_KUBECONFIG` too, through the same proxy.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,54 @@ fn has_ingress(s: &Service) -> bool {
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|lb| lb.ingress.as_ref())
         .is_some_and(|i| !i.is_empty())
+}
+
+/// A proxy in front of `cluster`'s API server and a client configuration that goes through it:
+/// the in-process server's URL, or `$CCM_TEST_KUBECONFIG`'s (its credentials kept; a TLS
+/// server is still verified under its own name).
+async fn through_proxy(cluster: &TestCluster) -> (PartitionProxy, kube::Config) {
+    let mut config = match cluster.api_server() {
+        Some(server) => kube::Config::new(server.url().parse().unwrap()),
+        None => {
+            let path = std::env::var(ccm_testing::KUBECONFIG_ENV).unwrap();
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .unwrap()
+        }
+    };
+    let upstream = config.cluster_url.to_string();
+    let proxy = PartitionProxy::start(&upstream).await.unwrap();
+    if config.tls_server_name.is_none() {
+        config.tls_server_name = config.cluster_url.host().map(str::to_owned);
+    }
+    config.cluster_url = proxy.url().parse().unwrap();
+    (proxy, config)
+}
+
+/// A kubeconfig file for `config`'s server and credentials as read by `through_proxy`: the
+/// runtime under test takes `--kubeconfig`. Only the server and TLS name change; the rest is
+/// the original file's.
+fn proxied_kubeconfig(proxy: &PartitionProxy, dir: &std::path::Path) -> std::path::PathBuf {
+    let path = std::env::var(ccm_testing::KUBECONFIG_ENV).unwrap();
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(&path).unwrap();
+    for cluster in &mut kubeconfig.clusters {
+        if let Some(c) = cluster.cluster.as_mut()
+            && let Some(server) = c.server.clone()
+        {
+            let host = server
+                .parse::<http::Uri>()
+                .ok()
+                .and_then(|u| u.host().map(str::to_owned));
+            c.server = Some(proxy.url());
+            if c.tls_server_name.is_none() {
+                c.tls_server_name = host;
+            }
+        }
+    }
+    let out = dir.join(format!("kubeconfig-{}", proxy.addr().port()));
+    std::fs::write(&out, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    out
 }
 
 #[tokio::test]
@@ -159,12 +207,8 @@ async fn after_every_connection_freezes_a_new_node_is_initialised_and_a_new_load
 #[tokio::test]
 async fn a_request_on_a_frozen_connection_fails_at_the_bound_and_the_next_goes_over_a_new_one() {
     let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
-        return; // the client under test reaches the in-process server through the proxy
-    };
-    let proxy = PartitionProxy::start(&server.url()).await.unwrap();
+    let (proxy, config) = through_proxy(&cluster).await;
     let metrics = MetricsRegistry::new();
-    let config = kube::Config::new(proxy.url().parse().unwrap());
     let factory = ClientFactory::new(config, 1000.0, 1000, "test", &metrics, false).unwrap();
     let nodes: Api<Node> = Api::all(factory.client_for("partition-test").await.unwrap());
     let name = cluster.unique_name("frozen");
@@ -201,10 +245,16 @@ async fn a_request_on_a_frozen_connection_fails_at_the_bound_and_the_next_goes_o
 #[tokio::test]
 async fn a_leader_whose_renewals_all_hang_steps_down_at_the_renew_deadline() {
     let cluster = TestCluster::start().await;
-    let Some(server) = cluster.api_server() else {
-        return; // in-process only: the runtime reaches the server through the proxy
+    let (proxy, _) = through_proxy(&cluster).await;
+    let connection = if cluster.is_real() {
+        let dir = std::env::temp_dir();
+        format!(
+            "--kubeconfig={}",
+            proxied_kubeconfig(&proxy, &dir).display()
+        )
+    } else {
+        format!("--master={}", proxy.url())
     };
-    let proxy = PartitionProxy::start(&server.url()).await.unwrap();
     let cloud = FakeCloud::default();
     let namespace = cluster.namespace().await;
     let lease = cluster.unique_name("partition-lease");
@@ -217,7 +267,7 @@ async fn a_leader_whose_renewals_all_hang_steps_down_at_the_renew_deadline() {
             .listener(listener)
             .args([
                 "ccm".to_owned(),
-                format!("--master={}", proxy.url()),
+                connection,
                 format!("--leader-elect-resource-namespace={namespace}"),
                 format!("--leader-elect-resource-name={lease}"),
                 "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_owned(),
