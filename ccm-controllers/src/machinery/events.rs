@@ -549,6 +549,9 @@ impl EventWriter {
             let limit = self.max_in_flight.min(self.shared.pacing.limit());
             self.start_warnings(&mut r);
             self.release_due(&mut r, Instant::now(), false);
+            self.shared
+                .pacing
+                .set_held(r.held.len() + r.budget.summaries_waiting());
             let next_due = match (r.held.next(), r.budget.next_summary()) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -576,6 +579,7 @@ impl EventWriter {
         let deadline = r.writes.deadline();
         // What waits for a window or a summary is written now, within the deadline.
         self.release_due(&mut r, Instant::now(), true);
+        self.shared.pacing.set_held(0);
         let mut flushed = 0u64;
         while Instant::now() < deadline {
             if r.flight.len() < 2 * self.max_in_flight {

@@ -240,6 +240,11 @@ impl Budget {
             .collect()
     }
 
+    /// Summaries waiting.
+    pub(super) fn summaries_waiting(&self) -> usize {
+        self.summaries.len()
+    }
+
     /// When the next summary is due.
     pub(super) fn next_summary(&self) -> Option<Instant> {
         self.summaries.values().map(|s| self.summary_due(s)).min()

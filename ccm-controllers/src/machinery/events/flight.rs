@@ -83,6 +83,10 @@ impl Held {
         }
     }
 
+    pub(super) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
     pub(super) fn next(&self) -> Option<Instant> {
         self.jobs.values().map(|(due, _)| *due).min()
     }

@@ -47,6 +47,7 @@ pub(super) struct Pacing<T> {
     warned: Notify,
     congestion: Mutex<Congestion>,
     limit_gauge: Gauge<f64, AtomicU64>,
+    held_gauge: Gauge,
 }
 
 impl<T> Pacing<T> {
@@ -58,12 +59,24 @@ impl<T> Pacing<T> {
             limit_gauge.clone(),
         );
         limit_gauge.set(max_in_flight as f64);
+        let held_gauge = Gauge::default();
+        metrics.register(
+            "event_recorder_held",
+            "Normal Event writes held back for now: repeats waiting for the end of their Event's 30 s repeat window, and summary Events waiting for their burst to end",
+            held_gauge.clone(),
+        );
         Pacing {
             warnings: Mutex::new(VecDeque::new()),
             warned: Notify::new(),
             congestion: Mutex::new(Congestion::new(max_in_flight)),
             limit_gauge,
+            held_gauge,
         }
+    }
+
+    /// Sets the writes held back now (the gauge `event_recorder_held`).
+    pub(super) fn set_held(&self, held: usize) {
+        self.held_gauge.set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Queues a Warning ahead of every Normal Event.
