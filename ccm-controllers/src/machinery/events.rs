@@ -566,7 +566,9 @@ impl EventWriter {
                 }
                 () = self.shared.pacing.warning_queued(), if r.flight.warnings < self.max_in_flight => {}
                 () = sleep_until_some(next_due), if next_due.is_some() => {}
-                queued = self.rx.recv(), if r.flight.normal() < limit => match queued {
+                // Over budget, a Normal Event costs no write: take it even with every slot held
+                // (else a burst would fill the queue while the budget is spent).
+                queued = self.rx.recv(), if r.flight.normal() < limit || !r.budget.has_token(Instant::now()) => match queued {
                     Some(queued) => self.dispatch(queued, &mut r, false),
                     // Every sender is gone: nothing can be queued any more.
                     None => {

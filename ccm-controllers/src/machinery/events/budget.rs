@@ -163,6 +163,18 @@ impl Budget {
 
     /// Takes a token for one Normal write at `now`, if there is one.
     pub(super) fn take(&mut self, now: Instant) -> bool {
+        if self.has_token(now) {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a token is there at `now` (without taking it): when not, a new Normal Event
+    /// costs no write (it goes to its summary), so the writer takes it from the queue even
+    /// while every Normal write slot is held.
+    pub(super) fn has_token(&mut self, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.at = self.at.max(now);
         let refill = if self.config.qps.is_finite() {
@@ -171,12 +183,7 @@ impl Budget {
             f64::INFINITY
         };
         self.tokens = (self.tokens + refill).min(f64::from(self.config.burst));
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.tokens >= 1.0
     }
 
     /// Folds a Normal Event held back at `now` into its summary; `false` when it is only

@@ -96,6 +96,50 @@ async fn a_burst_of_normal_events_past_the_budget_becomes_one_summary_event() {
     t.cluster.cleanup().await;
 }
 
+/// Over budget a Normal Event costs no write: the writer takes it from the queue into its
+/// summary even while hung writes hold every Normal write slot, so the queue does not
+/// overflow.
+#[tokio::test]
+async fn events_over_budget_leave_the_queue_while_every_slot_is_held() {
+    let (t, writer) = WriterTest::start(Some(50)).await;
+    let Some(server) = t.cluster.api_server() else {
+        return; // needs fault injection
+    };
+    let budget = NormalEventBudget::default().with_rate(0.0, MAX_IN_FLIGHT as u32);
+    let writer = writer.with_normal_budget(budget);
+    server.fail_next("create", "events", MAX_IN_FLIGHT, 429, Some(HANG));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(writer.run(stop.clone(), Duration::from_millis(500)));
+    for i in 0..MAX_IN_FLIGHT {
+        t.recorder
+            .normal(&burst_subject(&t, i), "Synced", "Node synced successfully");
+    }
+    let hung = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "events" && r.status == 429)
+            .count()
+    };
+    assert!(eventually(WAIT, || async { hung() == MAX_IN_FLIGHT }).await);
+    for i in 0..200 {
+        t.recorder.normal(
+            &burst_subject(&t, MAX_IN_FLIGHT + i),
+            "Synced",
+            "Node synced successfully",
+        );
+        if i % 25 == 24 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    t.wait_counted("summarised", 200).await;
+    assert_eq!(t.counted("dropped"), 0);
+    assert_eq!(t.not_written("Synced", "queue_full"), 0);
+    stop.cancel();
+    tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
+    t.cluster.cleanup().await;
+}
+
 /// Warnings are not budgeted: after the Normal Event budget is spent, every Warning is still
 /// written, at once.
 #[tokio::test]
