@@ -6,8 +6,10 @@
 //! ([`DEFAULT_QUEUE_CAPACITY`], client-go's `maxQueuedEvents`) and return; one task per process,
 //! the [`EventWriter`], writes them. A controller never waits for an Event write, so a slow or
 //! failing events API cannot hold up node initialisation or load-balancer updates. When the
-//! queue is full a Normal Event is dropped, as client-go drops it (`DropIfChannelFull`): counted
-//! in `event_recorder_events_total{result="dropped"}` and logged (one warning every 10 s at most).
+//! queue is full a Normal Event is not written, as client-go drops it (`DropIfChannelFull`), but
+//! told by a summary Event (below); only when that is not possible either is it dropped:
+//! counted in `event_recorder_events_total{result="dropped"}` and logged (one warning every
+//! 10 s at most).
 //!
 //! # Events never slow the cluster
 //!
@@ -23,7 +25,9 @@
 //!   (`events/pacing.rs`).
 //! - Normal writes in flight shrink when the API server slows down (`events/pacing.rs`).
 //!
-//! Every Normal Event that is not written, whatever the cause, is counted in
+//! A Normal Event that finds the queue full goes to its summary too (dropped only when
+//! [`SUMMARY_KEYS`](budget::SUMMARY_KEYS) summaries wait). Every Normal Event that is not
+//! written, whatever the cause, is counted in
 //! `event_recorder_normal_events_not_written_total{component,reason,cause}`, `cause` one of
 //! `budget` (in a summary), `queue_full`, `spam_filter`, `failed` and `shutdown`.
 //!
@@ -122,7 +126,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::machinery::metrics::MetricsRegistry;
 pub use budget::NormalEventBudget;
-use budget::{Budget, SummaryKey};
+use budget::{Budget, Summaries, SummaryKey};
 use correlator::{Correlated, Correlator, Write};
 use flight::{Held, InFlight};
 pub use warn_log::WARN_LOG_INTERVAL;
@@ -209,6 +213,9 @@ struct Shared {
     warnings: warn_log::WarningLog,
     /// The Warnings' own list, the Normal writes-in-flight limit.
     pacing: pacing::Pacing<Queued>,
+    /// The summaries waiting: of Normal Events over budget (the writer) or that found the
+    /// queue full (the recorders).
+    summaries: Mutex<Summaries>,
 }
 
 impl Shared {
@@ -228,6 +235,38 @@ impl Shared {
                 })
                 .inc_by(n);
         }
+    }
+
+    /// Folds a Normal Event that is not written (`cause`) into its summary; `false` when too
+    /// many summaries wait (then it is not counted here).
+    fn summarise(&self, queued: &Queued, cause: &'static str) -> bool {
+        let key = SummaryKey {
+            component: queued.component.clone(),
+            reason: queued.reason.clone(),
+            kind: queued.regarding.kind.clone().unwrap_or_default(),
+            namespace: queued.regarding.namespace.clone(),
+        };
+        let held = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hold_back(
+                key,
+                &queued.regarding,
+                &queued.note,
+                queued.client.as_ref(),
+                queued.at,
+                Instant::now(),
+            );
+        if held {
+            self.count("summarised", 1);
+            self.not_written(queued, cause, 1);
+        }
+        held
+    }
+
+    fn summaries(&self) -> std::sync::MutexGuard<'_, Summaries> {
+        self.summaries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn dropped(&self, queued: &Queued, cause: &'static str, why: &str) {
@@ -316,6 +355,7 @@ impl EventBroadcaster {
             drop_log: Mutex::new(LogLimiter::default()),
             warnings: warn_log::WarningLog::default(),
             pacing: pacing::Pacing::new(MAX_IN_FLIGHT, metrics),
+            summaries: Mutex::new(Summaries::default()),
         });
         let writer = EventWriter {
             rx,
@@ -432,9 +472,12 @@ impl EventRecorder {
         }
         match self.shared.tx.try_send(queued) {
             Ok(()) => {}
+            // Told by its summary, unless too many summaries wait.
             Err(TrySendError::Full(queued)) => {
-                self.shared
-                    .dropped(&queued, "queue_full", "the event queue is full")
+                if !self.shared.summarise(&queued, "queue_full") {
+                    self.shared
+                        .dropped(&queued, "queue_full", "the event queue is full")
+                }
             }
             Err(TrySendError::Closed(queued)) => {
                 self.shared
@@ -551,8 +594,9 @@ impl EventWriter {
             self.release_due(&mut r, Instant::now(), false);
             self.shared
                 .pacing
-                .set_held(r.held.len() + r.budget.summaries_waiting());
-            let next_due = match (r.held.next(), r.budget.next_summary()) {
+                .set_held(r.held.len() + self.shared.summaries().len());
+            let next_summary = self.shared.summaries().next(r.budget.config());
+            let next_due = match (r.held.next(), next_summary) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -654,7 +698,8 @@ impl EventWriter {
             r.flight.add(&r.writes, job);
         }
         let config = *r.budget.config();
-        for (key, summary) in r.budget.due_summaries(now, all) {
+        let due = self.shared.summaries().due(now, all, &config);
+        for (key, summary) in due {
             let note = budget::summary_note(&key, &summary, &config);
             let queued = Queued {
                 component: key.component,
@@ -730,18 +775,10 @@ impl EventWriter {
         }
         // Over budget: told by its summary. The next identical Event is a create again.
         self.correlator.forget(job.write.key);
-        self.shared.count("summarised", 1);
-        self.shared.not_written(&job.queued, "budget", 1);
-        let q = &job.queued;
-        let key = SummaryKey {
-            component: q.component.clone(),
-            reason: q.reason.clone(),
-            kind: q.regarding.kind.clone().unwrap_or_default(),
-            namespace: q.regarding.namespace.clone(),
-        };
-        let _ = r
-            .budget
-            .hold_back(key, &q.regarding, &q.note, q.client.as_ref(), q.at, now);
+        if !self.shared.summarise(&job.queued, "budget") {
+            self.shared.count("dropped", 1);
+            self.shared.not_written(&job.queued, "budget", 1);
+        }
     }
 }
 

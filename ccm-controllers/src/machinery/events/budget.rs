@@ -136,12 +136,18 @@ pub(super) struct Summary {
     refused: Instant,
 }
 
+/// The summaries waiting, shared by the writer (Events over budget) and the recorders
+/// (Normal Events that find the queue full).
+#[derive(Default)]
+pub(super) struct Summaries {
+    map: HashMap<SummaryKey, Summary>,
+}
+
 /// The budget's state in the writer (see the module documentation).
 pub(super) struct Budget {
     config: NormalEventBudget,
     tokens: f64,
     at: Instant,
-    summaries: HashMap<SummaryKey, Summary>,
     /// When each Event's last write (create or PATCH) was started, by correlation key.
     recent: LruCache<u64, Instant>,
 }
@@ -152,7 +158,6 @@ impl Budget {
             config,
             tokens: f64::from(config.burst),
             at: now,
-            summaries: HashMap::new(),
             recent: LruCache::new(NonZeroUsize::new(RECENT_ENTRIES).unwrap_or(NonZeroUsize::MIN)),
         }
     }
@@ -186,6 +191,22 @@ impl Budget {
         self.tokens >= 1.0
     }
 
+    /// When a repeat of Event `key` may be written: `None` now, else the end of its window.
+    pub(super) fn repeat_due(&mut self, key: u64, now: Instant) -> Option<Instant> {
+        let last = *self.recent.get(&key)?;
+        let due = last + self.config.series_interval;
+        (due > now).then_some(due)
+    }
+
+    /// A write of Event `key` started at `now`.
+    pub(super) fn wrote(&mut self, key: u64, now: Instant) {
+        if !self.config.series_interval.is_zero() {
+            self.recent.put(key, now);
+        }
+    }
+}
+
+impl Summaries {
     /// Folds a Normal Event held back at `now` into its summary; `false` when it is only
     /// counted (too many summaries wait).
     pub(super) fn hold_back(
@@ -197,8 +218,8 @@ impl Budget {
         at: Timestamp,
         now: Instant,
     ) -> bool {
-        let full = self.summaries.len() >= SUMMARY_KEYS;
-        match self.summaries.get_mut(&key) {
+        let full = self.map.len() >= SUMMARY_KEYS;
+        match self.map.get_mut(&key) {
             Some(s) => {
                 s.count += 1;
                 s.last_object = object.clone();
@@ -211,7 +232,7 @@ impl Budget {
             None if full => false,
             None => {
                 let name = object.name.clone().unwrap_or_default();
-                self.summaries.insert(
+                self.map.insert(
                     key,
                     Summary {
                         count: 1,
@@ -230,45 +251,39 @@ impl Budget {
         }
     }
 
-    fn summary_due(&self, s: &Summary) -> Instant {
-        (s.refused + self.config.summary_quiet).min(s.opened + self.config.summary_max_age)
+    fn summary_due(s: &Summary, config: &NormalEventBudget) -> Instant {
+        (s.refused + config.summary_quiet).min(s.opened + config.summary_max_age)
     }
 
     /// The summaries due at `now` (all of them with `all`, at shutdown), taken out.
-    pub(super) fn due_summaries(&mut self, now: Instant, all: bool) -> Vec<(SummaryKey, Summary)> {
+    pub(super) fn due(
+        &mut self,
+        now: Instant,
+        all: bool,
+        config: &NormalEventBudget,
+    ) -> Vec<(SummaryKey, Summary)> {
         let due: Vec<SummaryKey> = self
-            .summaries
+            .map
             .iter()
-            .filter(|(_, s)| all || self.summary_due(s) <= now)
+            .filter(|(_, s)| all || Self::summary_due(s, config) <= now)
             .map(|(k, _)| k.clone())
             .collect();
         due.into_iter()
-            .filter_map(|k| self.summaries.remove_entry(&k))
+            .filter_map(|k| self.map.remove_entry(&k))
             .collect()
     }
 
     /// Summaries waiting.
-    pub(super) fn summaries_waiting(&self) -> usize {
-        self.summaries.len()
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
     }
 
     /// When the next summary is due.
-    pub(super) fn next_summary(&self) -> Option<Instant> {
-        self.summaries.values().map(|s| self.summary_due(s)).min()
-    }
-
-    /// When a repeat of Event `key` may be written: `None` now, else the end of its window.
-    pub(super) fn repeat_due(&mut self, key: u64, now: Instant) -> Option<Instant> {
-        let last = *self.recent.get(&key)?;
-        let due = last + self.config.series_interval;
-        (due > now).then_some(due)
-    }
-
-    /// A write of Event `key` started at `now`.
-    pub(super) fn wrote(&mut self, key: u64, now: Instant) {
-        if !self.config.series_interval.is_zero() {
-            self.recent.put(key, now);
-        }
+    pub(super) fn next(&self, config: &NormalEventBudget) -> Option<Instant> {
+        self.map
+            .values()
+            .map(|s| Self::summary_due(s, config))
+            .min()
     }
 }
 
@@ -342,11 +357,12 @@ mod tests {
     async fn events_held_back_become_one_summary_when_the_burst_is_over() {
         let config = NormalEventBudget::default().with_rate(10.0, 0);
         let mut b = Budget::new(config, Instant::now());
+        let mut sums = Summaries::default();
         let t0 = Instant::now();
         for i in 0..500u64 {
             let now = t0 + Duration::from_millis(10 * i);
             assert!(!b.take(now) || i % 10 == 0);
-            assert!(b.hold_back(
+            assert!(sums.hold_back(
                 key("Synced"),
                 &object(&format!("n{i}")),
                 "Node synced successfully",
@@ -356,9 +372,9 @@ mod tests {
             ));
         }
         let last = t0 + Duration::from_millis(4990);
-        assert!(b.due_summaries(last, false).is_empty(), "burst goes on");
-        assert_eq!(b.next_summary(), Some(last + config.summary_quiet));
-        let due = b.due_summaries(last + config.summary_quiet, false);
+        assert!(sums.due(last, false, &config).is_empty(), "burst goes on");
+        assert_eq!(sums.next(&config), Some(last + config.summary_quiet));
+        let due = sums.due(last + config.summary_quiet, false, &config);
         assert_eq!(due.len(), 1);
         let (k, s) = &due[0];
         assert_eq!(s.count, 500);
@@ -371,19 +387,19 @@ mod tests {
                 && note.ends_with("the last: Node synced successfully"),
             "{note}"
         );
-        assert_eq!(b.next_summary(), None);
+        assert_eq!(sums.next(&config), None);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_that_goes_on_is_summarised_every_max_age() {
         let config = NormalEventBudget::default().with_rate(0.0, 0);
-        let mut b = Budget::new(config, Instant::now());
+        let mut b = Summaries::default();
         let t0 = Instant::now();
         let mut summaries = 0;
         for s in 0..180u64 {
             let now = t0 + Duration::from_secs(s);
             b.hold_back(key("Synced"), &object("n"), "ok", None, at(0), now);
-            summaries += b.due_summaries(now, false).len();
+            summaries += b.due(now, false, &config).len();
         }
         assert_eq!(summaries, 2, "at 60 s and 120 s");
         // Per reason: another reason is another summary; at most SUMMARY_KEYS wait.
@@ -391,7 +407,7 @@ mod tests {
             b.hold_back(key(&format!("R{i}")), &object("n"), "ok", None, at(0), t0);
         }
         assert!(!b.hold_back(key("one too many"), &object("n"), "ok", None, at(0), t0));
-        assert_eq!(b.due_summaries(t0, true).len(), SUMMARY_KEYS);
+        assert_eq!(b.due(t0, true, &config).len(), SUMMARY_KEYS);
     }
 
     #[tokio::test(start_paused = true)]
