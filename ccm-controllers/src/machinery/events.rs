@@ -26,7 +26,7 @@
 //! - Normal writes in flight shrink when the API server slows down (`events/pacing.rs`).
 //!
 //! A Normal Event that finds the queue full goes to its summary too (dropped only when
-//! [`SUMMARY_KEYS`](budget::SUMMARY_KEYS) summaries wait). Every Normal Event that is not
+//! 1,024 summaries wait, `budget.rs`). Every Normal Event that is not
 //! written, whatever the cause, is counted in
 //! `event_recorder_normal_events_not_written_total{component,reason,cause}`, `cause` one of
 //! `budget` (in a summary), `queue_full`, `spam_filter`, `failed` and `shutdown`.
