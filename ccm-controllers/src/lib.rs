@@ -49,7 +49,7 @@ pub use machinery::context::{ContextParams, ControllerContext, InformerScope};
 pub use machinery::error::ControllerError;
 pub use machinery::events::{
     DEFAULT_FLUSH_TIMEOUT, EventBroadcaster, EventRecorder, EventWriter, MAX_IN_FLIGHT,
-    MAX_TRIES_PER_EVENT, WARN_LOG_INTERVAL,
+    MAX_TRIES_PER_EVENT, NormalEventBudget, WARN_LOG_INTERVAL,
 };
 pub use machinery::go_syntax::parse_go_duration;
 pub use machinery::informer::{CachedObject, Change, Informer, Subscription, strip_node};

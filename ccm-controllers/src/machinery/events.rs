@@ -6,10 +6,30 @@
 //! ([`DEFAULT_QUEUE_CAPACITY`], client-go's `maxQueuedEvents`) and return; one task per process,
 //! the [`EventWriter`], writes them. A controller never waits for an Event write, so a slow or
 //! failing events API cannot hold up node initialisation or load-balancer updates. When the
-//! queue is full a Normal Event is dropped, as client-go drops it (`DropIfChannelFull`): counted
-//! in `event_recorder_events_total{result="dropped"}` and logged (one warning every 10 s at most).
-//! Under a burst Normal Events are sampled, Warnings never dropped, and the writer yields to the
-//! controllers' writes when the API server is the bottleneck (`events/pacing.rs`).
+//! queue is full a Normal Event is not written, as client-go drops it (`DropIfChannelFull`), but
+//! told by a summary Event (below); only when that is not possible either is it dropped:
+//! counted in `event_recorder_events_total{result="dropped"}` and logged (one warning every
+//! 10 s at most).
+//!
+//! # Events never slow the cluster
+//!
+//! Events are the lowest-priority writes of the process:
+//!
+//! - Normal Events have a budget of their own ([`NormalEventBudget`], `events/budget.rs`):
+//!   100 at once, then 10 per second, all controllers together. A Normal Event over budget is
+//!   not written but folded into a summary Event (one per component, reason, kind and
+//!   namespace, written on the last object held back once the burst is over); a repeat of an
+//!   Event already written is patched at most once per 30 s, with its full series count.
+//! - Warnings are never budgeted, summarised, sampled or dropped for a full queue, and never
+//!   wait behind Normal Events: they have a list and write slots of their own, served first
+//!   (`events/pacing.rs`).
+//! - Normal writes in flight shrink when the API server slows down (`events/pacing.rs`).
+//!
+//! A Normal Event that finds the queue full goes to its summary too (dropped only when
+//! 1,024 summaries wait, `budget.rs`). Every Normal Event that is not
+//! written, whatever the cause, is counted in
+//! `event_recorder_normal_events_not_written_total{component,reason,cause}`, `cause` one of
+//! `budget` (in a summary), `queue_full`, `spam_filter`, `failed` and `shutdown`.
 //!
 //! Every Warning is also logged at WARN when it is recorded, with the component, the object,
 //! the reason and the note (which carries the error), at most once per [`WARN_LOG_INTERVAL`]
@@ -77,7 +97,9 @@
 //! not made (so retries never extend shutdown). An Event the server already refused at least
 //! once and that is given up on this way counts as `failed`; an Event never (fully) attempted
 //! counts as `dropped`, as do the Events still queued.
+mod budget;
 mod correlator;
+mod flight;
 mod pacing;
 mod warn_log;
 mod writes;
@@ -103,7 +125,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::machinery::metrics::MetricsRegistry;
+pub use budget::NormalEventBudget;
+use budget::{Budget, Summaries, SummaryKey};
 use correlator::{Correlated, Correlator, Write};
+use flight::{Held, InFlight};
 pub use warn_log::WARN_LOG_INTERVAL;
 
 /// Events queued at most before new ones are dropped (client-go's `maxQueuedEvents`).
@@ -131,6 +156,13 @@ const LOG_INTERVAL: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NotWrittenLabels {
+    component: String,
+    reason: String,
+    cause: &'static str,
 }
 
 /// One Event waiting to be written.
@@ -174,11 +206,16 @@ struct Shared {
     tx: mpsc::Sender<Queued>,
     capacity: usize,
     counts: Family<ResultLabel, Counter>,
+    /// Normal Events not written, by component, reason and cause.
+    not_written: Family<NotWrittenLabels, Counter>,
     drop_log: Mutex<LogLimiter>,
     /// Every Warning Event is also logged, rate-limited per object (`warn_log.rs`).
     warnings: warn_log::WarningLog,
-    /// Sampling under a burst, the Warnings' overflow, the writes-in-flight limit.
+    /// The Warnings' own list, the Normal writes-in-flight limit.
     pacing: pacing::Pacing<Queued>,
+    /// The summaries waiting: of Normal Events over budget (the writer) or that found the
+    /// queue full (the recorders).
+    summaries: Mutex<Summaries>,
 }
 
 impl Shared {
@@ -186,8 +223,55 @@ impl Shared {
         self.counts.get_or_create(&ResultLabel { result }).inc_by(n);
     }
 
-    fn dropped(&self, queued: &Queued, why: &str) {
+    /// Counts `n` observations of `queued` not written for `cause`, when it is a Normal
+    /// Event.
+    fn not_written(&self, queued: &Queued, cause: &'static str, n: u64) {
+        if matches!(queued.type_, EventType::Normal) && n > 0 {
+            self.not_written
+                .get_or_create(&NotWrittenLabels {
+                    component: queued.component.to_string(),
+                    reason: queued.reason.clone(),
+                    cause,
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Folds a Normal Event that is not written (`cause`) into its summary; `false` when too
+    /// many summaries wait (then it is not counted here).
+    fn summarise(&self, queued: &Queued, cause: &'static str) -> bool {
+        let key = SummaryKey {
+            component: queued.component.clone(),
+            reason: queued.reason.clone(),
+            kind: queued.regarding.kind.clone().unwrap_or_default(),
+            namespace: queued.regarding.namespace.clone(),
+        };
+        let held = self
+            .summaries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hold_back(
+                key,
+                &queued.regarding,
+                &queued.note,
+                queued.client.as_ref(),
+                queued.at,
+                Instant::now(),
+            );
+        if held {
+            self.count("summarised", 1);
+            self.not_written(queued, cause, 1);
+        }
+        held
+    }
+
+    fn summaries(&self) -> std::sync::MutexGuard<'_, Summaries> {
+        self.summaries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn dropped(&self, queued: &Queued, cause: &'static str, why: &str) {
         self.count("dropped", 1);
+        self.not_written(queued, cause, 1);
         let due = self
             .drop_log
             .lock()
@@ -242,22 +326,36 @@ impl EventBroadcaster {
         let (tx, rx) = mpsc::channel(capacity);
         let counts = Family::<ResultLabel, Counter>::default();
         for result in [
-            "written", "retried", "failed", "dropped", "filtered", "sampled",
+            "written",
+            "retried",
+            "failed",
+            "dropped",
+            "filtered",
+            "summarised",
+            "summaries",
         ] {
             let _ = counts.get_or_create(&ResultLabel { result });
         }
         metrics.register(
             "event_recorder_events",
-            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written), filtered (held back by the per-object spam filter, as client-go's), sampled (a Normal Event skipped under a burst)",
+            "Events by result: written (created, or a repeat patched into its series), retried (each further attempt after a failed one), failed (given up on: the API server refused it for good, could not be reached within the tries, or the flush deadline came during its retries), dropped (the queue was full, the writer had stopped, or the flush deadline came before it was written), filtered (held back by the per-object spam filter, as client-go's), summarised (a Normal Event over the Normal Event budget, told in a summary Event instead), summaries (summary Events written)",
             counts.clone(),
+        );
+        let not_written = Family::<NotWrittenLabels, Counter>::default();
+        metrics.register(
+            "event_recorder_normal_events_not_written",
+            "Normal Events not written, by component, reason and cause: budget (over the Normal Event budget; a summary Event tells them), queue_full, spam_filter (client-go's per-object filter), failed (the API server refused it or could not be reached within the tries), shutdown (the flush deadline came first)",
+            not_written.clone(),
         );
         let shared = Arc::new(Shared {
             tx,
             capacity,
             counts,
+            not_written,
             drop_log: Mutex::new(LogLimiter::default()),
             warnings: warn_log::WarningLog::default(),
             pacing: pacing::Pacing::new(MAX_IN_FLIGHT, metrics),
+            summaries: Mutex::new(Summaries::default()),
         });
         let writer = EventWriter {
             rx,
@@ -265,6 +363,7 @@ impl EventBroadcaster {
             instance: instance.to_owned(),
             shared: shared.clone(),
             correlator: Correlator::default(),
+            budget: NormalEventBudget::default(),
             max_tries: MAX_TRIES_PER_EVENT,
             sleep: DEFAULT_SLEEP_DURATION,
             max_in_flight: MAX_IN_FLIGHT,
@@ -298,9 +397,9 @@ impl EventBroadcaster {
         self.shared.capacity
     }
 
-    /// How many Events wait in the queue now.
+    /// How many Events wait to be written now (the Normal queue and the Warnings' list).
     pub fn queued(&self) -> usize {
-        self.shared.capacity - self.shared.tx.capacity()
+        self.shared.capacity - self.shared.tx.capacity() + self.shared.pacing.warnings_waiting()
     }
 
     /// Resolves once the writer has stopped (flushed, or dropped): Events recorded from then
@@ -353,13 +452,6 @@ impl EventRecorder {
     where
         K: Resource<DynamicType = ()>,
     {
-        let waiting = self.shared.capacity - self.shared.tx.capacity();
-        let pacing = &self.shared.pacing;
-        if matches!(type_, EventType::Normal)
-            && !pacing.admit_normal(&self.component, reason, waiting, self.shared.capacity)
-        {
-            return self.shared.count("sampled", 1);
-        }
         let queued = Queued {
             component: self.component.clone(),
             client: self.client.clone(),
@@ -369,30 +461,43 @@ impl EventRecorder {
             regarding: object.object_ref(&()),
             at: Timestamp::now(),
         };
+        if matches!(queued.type_, EventType::Warning) {
+            // Never behind Normal Events, never dropped for a full queue.
+            if self.shared.tx.is_closed() {
+                return self
+                    .shared
+                    .dropped(&queued, "shutdown", "the event writer has stopped");
+            }
+            return self.shared.pacing.push_warning(queued);
+        }
         match self.shared.tx.try_send(queued) {
             Ok(()) => {}
-            Err(TrySendError::Full(queued)) if matches!(queued.type_, EventType::Warning) => {
-                pacing.overflow(queued)
-            }
+            // Told by its summary, unless too many summaries wait.
             Err(TrySendError::Full(queued)) => {
-                self.shared.dropped(&queued, "the event queue is full")
+                if !self.shared.summarise(&queued, "queue_full") {
+                    self.shared
+                        .dropped(&queued, "queue_full", "the event queue is full")
+                }
             }
             Err(TrySendError::Closed(queued)) => {
-                self.shared.dropped(&queued, "the event writer has stopped")
+                self.shared
+                    .dropped(&queued, "shutdown", "the event writer has stopped")
             }
         }
     }
 }
 
-/// Writes the queued Events: correlates each one (see the module documentation) and keeps up
-/// to [`MAX_IN_FLIGHT`] writes in flight, retrying failed ones. Spawn [`EventWriter::run`]
-/// once per [`EventBroadcaster`].
+/// Writes the queued Events: correlates each one (see the module documentation), budgets
+/// the Normal ones and keeps up to [`MAX_IN_FLIGHT`] Normal writes (and as many Warning
+/// writes) in flight, retrying failed ones. Spawn [`EventWriter::run`] once per
+/// [`EventBroadcaster`].
 pub struct EventWriter {
     rx: mpsc::Receiver<Queued>,
     client: Client,
     instance: String,
     shared: Arc<Shared>,
     correlator: Correlator,
+    budget: NormalEventBudget,
     max_tries: u32,
     sleep: Duration,
     max_in_flight: usize,
@@ -402,6 +507,7 @@ impl std::fmt::Debug for EventWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventWriter")
             .field("instance", &self.instance)
+            .field("budget", &self.budget)
             .field("max_tries", &self.max_tries)
             .field("sleep", &self.sleep)
             .field("max_in_flight", &self.max_in_flight)
@@ -415,55 +521,23 @@ struct Job {
     queued: Queued,
     write: Write,
     /// Recorded Events this write stands for (repeats that piled up while the Event was
-    /// being written are folded into one write).
+    /// being written, or during its repeat window, are folded into one write); 0 for a
+    /// summary.
     observations: u64,
 }
 
-/// The writes in flight, and per correlation key the repeat waiting for its Event's write to
-/// finish.
-#[derive(Default)]
-struct InFlight {
-    tasks: JoinSet<()>,
-    keys: HashMap<Id, u64>,
-    waiting: HashMap<u64, Option<Job>>,
+impl Job {
+    fn is_warning(&self) -> bool {
+        matches!(self.queued.type_, EventType::Warning)
+    }
 }
 
-impl InFlight {
-    fn len(&self) -> usize {
-        self.tasks.len()
-    }
-
-    fn start(&mut self, writes: &Arc<Writes>, job: Job) {
-        let key = job.write.key;
-        let handle = self.tasks.spawn(writes.clone().write(job));
-        self.keys.insert(handle.id(), key);
-        self.waiting.insert(key, None);
-    }
-
-    /// Starts `job`, or folds it into the repeat waiting for its Event's write.
-    fn add(&mut self, writes: &Arc<Writes>, mut job: Job) {
-        match self.waiting.get_mut(&job.write.key) {
-            None => self.start(writes, job),
-            Some(waiting) => {
-                if let Some(earlier) = waiting.take() {
-                    job.observations += earlier.observations;
-                }
-                *waiting = Some(job);
-            }
-        }
-    }
-
-    /// Waits for a write to finish; returns the repeat that waited for it, if any (`None`
-    /// also when nothing is in flight).
-    async fn finished(&mut self) -> Option<Job> {
-        let id = match self.tasks.join_next_with_id().await? {
-            Ok((id, ())) => id,
-            // The write task panicked or was aborted; its slot and key are free again.
-            Err(e) => e.id(),
-        };
-        let key = self.keys.remove(&id)?;
-        self.waiting.remove(&key).flatten()
-    }
+/// The writer's state while it runs.
+struct Running {
+    writes: Arc<Writes>,
+    flight: InFlight,
+    budget: Budget,
+    held: Held,
 }
 
 impl EventWriter {
@@ -476,15 +550,24 @@ impl EventWriter {
         self
     }
 
-    /// Keeps at most `n` writes in flight (at least 1). Default: [`MAX_IN_FLIGHT`].
+    /// Keeps at most `n` Normal writes (and `n` Warning writes) in flight (at least 1).
+    /// Default: [`MAX_IN_FLIGHT`].
     pub fn with_max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
         self
     }
 
-    /// Writes queued Events until `stop` fires; then writes what is still queued for at most
-    /// `flush_timeout` (writes in flight or retrying when `stop` fires get the same deadline)
-    /// and returns. Events left over, and Events recorded afterwards, are dropped and counted.
+    /// Budgets Normal Events with `budget` (default: [`NormalEventBudget::default`];
+    /// [`NormalEventBudget::unlimited`] writes every one at once).
+    pub fn with_normal_budget(mut self, budget: NormalEventBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Writes queued Events until `stop` fires; then writes what is still queued, held back
+    /// for a repeat window or waiting in a summary for at most `flush_timeout` (writes in
+    /// flight or retrying when `stop` fires get the same deadline) and returns. Events left
+    /// over, and Events recorded afterwards, are dropped and counted.
     pub async fn run(mut self, stop: CancellationToken, flush_timeout: Duration) {
         // Also fired here when every sender is gone, so the writes in flight get the deadline.
         let stop = stop.child_token();
@@ -499,25 +582,38 @@ impl EventWriter {
             flush_timeout,
             flush_deadline: OnceLock::new(),
         });
-        let mut flight = InFlight::default();
+        let mut r = Running {
+            writes,
+            flight: InFlight::default(),
+            budget: Budget::new(self.budget, Instant::now()),
+            held: Held::default(),
+        };
         loop {
             let limit = self.max_in_flight.min(self.shared.pacing.limit());
-            while flight.len() < limit
-                && let Some(warning) = self.shared.pacing.take_overflow()
-            {
-                self.dispatch(warning, &writes, &mut flight);
-            }
+            self.start_warnings(&mut r);
+            self.release_due(&mut r, Instant::now(), false);
+            self.shared
+                .pacing
+                .set_held(r.held.len() + self.shared.summaries().len());
+            let next_summary = self.shared.summaries().next(r.budget.config());
+            let next_due = match (r.held.next(), next_summary) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             tokio::select! {
                 biased;
                 () = stop.cancelled() => break,
-                waiting = flight.finished(), if flight.len() > 0 => {
+                waiting = r.flight.finished(), if r.flight.len() > 0 => {
                     if let Some(waiting) = waiting {
-                        flight.add(&writes, waiting);
+                        self.repeat(waiting, &mut r);
                     }
                 }
-                () = self.shared.pacing.overflowed(), if flight.len() < limit => {}
-                queued = self.rx.recv(), if flight.len() < limit => match queued {
-                    Some(queued) => self.dispatch(queued, &writes, &mut flight),
+                () = self.shared.pacing.warning_queued(), if r.flight.warnings < self.max_in_flight => {}
+                () = sleep_until_some(next_due), if next_due.is_some() => {}
+                // Over budget, a Normal Event costs no write: take it even with every slot held
+                // (else a burst would fill the queue while the budget is spent).
+                queued = self.rx.recv(), if r.flight.normal() < limit || !r.budget.has_token(Instant::now()) => match queued {
+                    Some(queued) => self.dispatch(queued, &mut r, false),
                     // Every sender is gone: nothing can be queued any more.
                     None => {
                         stop.cancel();
@@ -526,24 +622,27 @@ impl EventWriter {
                 },
             }
         }
-        let deadline = writes.deadline();
+        let deadline = r.writes.deadline();
+        // What waits for a window or a summary is written now, within the deadline.
+        self.release_due(&mut r, Instant::now(), true);
+        self.shared.pacing.set_held(0);
         let mut flushed = 0u64;
         while Instant::now() < deadline {
-            if flight.len() < self.max_in_flight {
-                let next = self.shared.pacing.take_overflow();
+            if r.flight.len() < 2 * self.max_in_flight {
+                let next = self.shared.pacing.take_warning();
                 if let Some(queued) = next.or_else(|| self.rx.try_recv().ok()) {
-                    self.dispatch(queued, &writes, &mut flight);
+                    self.dispatch(queued, &mut r, true);
                     flushed += 1;
                     continue;
                 }
-                if flight.len() == 0 {
+                if r.flight.len() == 0 {
                     break;
                 }
             }
             tokio::select! {
-                waiting = flight.finished() => {
+                waiting = r.flight.finished() => {
                     if let Some(waiting) = waiting {
-                        flight.add(&writes, waiting);
+                        r.flight.add(&r.writes, waiting);
                     }
                 }
                 () = tokio::time::sleep_until(deadline) => break,
@@ -551,15 +650,23 @@ impl EventWriter {
         }
         // The writes still in flight end at the deadline by themselves (and count
         // themselves); the repeats waiting for them are not written.
-        while flight.len() > 0 {
-            if let Some(waiting) = flight.finished().await {
+        while r.flight.len() > 0 {
+            if let Some(waiting) = r.flight.finished().await {
                 self.shared.count("dropped", waiting.observations);
+                self.shared
+                    .not_written(&waiting.queued, "shutdown", waiting.observations);
             }
         }
         self.rx.close();
         let mut left = 0u64;
-        while self.rx.try_recv().is_ok() {
+        while let Some(queued) = self
+            .shared
+            .pacing
+            .take_warning()
+            .or_else(|| self.rx.try_recv().ok())
+        {
             left += 1;
+            self.shared.not_written(&queued, "shutdown", 1);
         }
         if left > 0 {
             self.shared.count("dropped", left);
@@ -573,27 +680,113 @@ impl EventWriter {
         }
     }
 
-    /// Correlates `queued` and starts (or folds) its write, unless the spam filter holds it.
-    fn dispatch(&mut self, queued: Queued, writes: &Arc<Writes>, flight: &mut InFlight) {
-        match self.correlator.correlate(&queued, queued.at) {
+    /// Starts the Warnings waiting, up to [`EventWriter::with_max_in_flight`] Warning writes
+    /// in flight, whatever the Normal writes hold.
+    fn start_warnings(&mut self, r: &mut Running) {
+        while r.flight.warnings < self.max_in_flight
+            && let Some(warning) = self.shared.pacing.take_warning()
+        {
+            self.dispatch(warning, r, false);
+        }
+    }
+
+    /// Writes the repeats whose window ended and the summaries that are due at `now` (all of
+    /// them with `all`).
+    fn release_due(&mut self, r: &mut Running, now: Instant, all: bool) {
+        for job in r.held.due(now, all) {
+            r.budget.wrote(job.write.key, now);
+            r.flight.add(&r.writes, job);
+        }
+        let config = *r.budget.config();
+        let due = self.shared.summaries().due(now, all, &config);
+        for (key, summary) in due {
+            let note = budget::summary_note(&key, &summary, &config);
+            let queued = Queued {
+                component: key.component,
+                client: summary.last_client,
+                type_: EventType::Normal,
+                reason: key.reason,
+                note,
+                regarding: summary.last_object,
+                at: Timestamp::now(),
+            };
+            match self.correlator.correlate(&queued, queued.at) {
+                Correlated::Filtered => self.shared.count("filtered", 1),
+                Correlated::Write(write) => r.flight.add(
+                    &r.writes,
+                    Job {
+                        queued,
+                        write,
+                        observations: 0,
+                    },
+                ),
+            }
+        }
+    }
+
+    /// A repeat of an Event already written: written once its window ends (Normal), at once
+    /// (Warning).
+    fn repeat(&mut self, job: Job, r: &mut Running) {
+        let now = Instant::now();
+        if job.is_warning() || r.flight.writing(job.write.key) {
+            return r.flight.add(&r.writes, job);
+        }
+        match r.budget.repeat_due(job.write.key, now) {
+            Some(due) => r.held.hold(due, job),
+            None => {
+                r.budget.wrote(job.write.key, now);
+                r.flight.add(&r.writes, job);
+            }
+        }
+    }
+
+    /// Correlates `queued` and starts (or folds, holds or summarises) its write, unless the
+    /// spam filter holds it. `flushing`: at shutdown, Normal Events are not budgeted.
+    fn dispatch(&mut self, queued: Queued, r: &mut Running, flushing: bool) {
+        let write = match self.correlator.correlate(&queued, queued.at) {
             Correlated::Filtered => {
                 self.shared.count("filtered", 1);
+                self.shared.not_written(&queued, "spam_filter", 1);
                 tracing::debug!(
                     component = %queued.component,
                     reason = %queued.reason,
                     object = queued.regarding.name.as_deref().unwrap_or_default(),
                     "event held back by the spam filter"
                 );
+                return;
             }
-            Correlated::Write(write) => flight.add(
-                writes,
-                Job {
-                    queued,
-                    write,
-                    observations: 1,
-                },
-            ),
+            Correlated::Write(write) => write,
+        };
+        let job = Job {
+            queued,
+            write,
+            observations: 1,
+        };
+        if job.is_warning() || flushing {
+            return r.flight.add(&r.writes, job);
         }
+        let now = Instant::now();
+        if job.write.count > 1 {
+            return self.repeat(job, r);
+        }
+        if r.budget.take(now) {
+            r.budget.wrote(job.write.key, now);
+            return r.flight.add(&r.writes, job);
+        }
+        // Over budget: told by its summary. The next identical Event is a create again.
+        self.correlator.forget(job.write.key);
+        if !self.shared.summarise(&job.queued, "budget") {
+            self.shared.count("dropped", 1);
+            self.shared.not_written(&job.queued, "budget", 1);
+        }
+    }
+}
+
+/// Sleeps until `at`; never resolves for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

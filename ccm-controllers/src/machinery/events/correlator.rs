@@ -160,6 +160,12 @@ fn cut(mut note: String) -> String {
 }
 
 impl Correlator {
+    /// Forgets the Event written under deduplication key `key` (it was not written after
+    /// all): the next identical Event creates it.
+    pub(super) fn forget(&mut self, key: u64) {
+        self.observed.pop(&key);
+    }
+
     /// Correlates `queued`, recorded at `now`.
     pub(super) fn correlate(&mut self, queued: &Queued, now: Timestamp) -> Correlated {
         let object = object_key(queued);

@@ -1,17 +1,13 @@
 //! Events that never slow the cluster: what the Event writer does when Events come faster than
 //! the API server should take them.
 //!
-//! - **Sampling of Normal Events under a burst.** While at least half the queue (and at least
-//!   [`SAMPLE_MIN_QUEUED`] Events) waits, a Normal Event is written only if it is the first of
-//!   every [`SAMPLE_EVERY`] Normal Events of its component and reason since the last burst
-//!   ended (e.g. one `Synced` in ten during a burst of 100,000 Nodes registering); the others
-//!   are skipped and counted in `event_recorder_events_total{result="sampled"}`. Go's
-//!   recorder drops every Event past its queue of 1,000 instead, Warnings too.
-//! - **Warnings are never dropped for a full queue.** A Warning that finds the queue full
-//!   waits in an overflow list of its own, which the writer empties before the queue. (Only the
-//!   flush deadline at shutdown drops one.)
+//! - **Warnings go first.** A Warning is not queued behind Normal Events: it waits in a list
+//!   of its own, which the writer empties before it takes the next Normal Event, with slots of
+//!   its own (up to [`MAX_IN_FLIGHT`](super::MAX_IN_FLIGHT) Warning writes in flight,
+//!   whatever the Normal writes hold). It is never dropped for a full queue (only the flush
+//!   deadline at shutdown drops one), never budgeted, never summarised (`budget.rs`).
 //! - **Yielding to the controllers' writes.** The writer keeps at most
-//!   [`MAX_IN_FLIGHT`](super::MAX_IN_FLIGHT) writes in flight, but when the API server is the
+//!   [`MAX_IN_FLIGHT`](super::MAX_IN_FLIGHT) Normal writes in flight, but when the API server is the
 //!   bottleneck it keeps fewer, so the controllers' own writes (which Events have no business
 //!   delaying) get the server's capacity: a write answered `429` or `5xx`, or taking more than
 //!   [`CONGESTED_FACTOR`] times the fastest recent write (and at least [`CONGESTED_FLOOR`]),
@@ -19,7 +15,7 @@
 //!   every write that was not slow adds back one over the current limit's worth of writes
 //!   (TCP's additive increase). The limit is the gauge `event_recorder_in_flight_limit`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -30,10 +26,6 @@ use tokio::time::Instant;
 
 use crate::machinery::metrics::MetricsRegistry;
 
-/// Under a burst, one Normal Event of every this many of a component and reason is written.
-pub(crate) const SAMPLE_EVERY: u64 = 10;
-/// Fewer Events than this waiting is never a burst (whatever the queue's size).
-pub(crate) const SAMPLE_MIN_QUEUED: usize = 100;
 /// A write this many times slower than the fastest recent one says the server is the
 /// bottleneck.
 pub(crate) const CONGESTED_FACTOR: u32 = 4;
@@ -49,13 +41,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The sampler, the Warnings' overflow and the writes-in-flight limit of one writer.
+/// The Warnings' own list and the Normal writes-in-flight limit of one writer.
 pub(super) struct Pacing<T> {
-    sampled: Mutex<HashMap<(String, String), u64>>,
-    overflow: Mutex<VecDeque<T>>,
-    overflowed: Notify,
+    warnings: Mutex<VecDeque<T>>,
+    warned: Notify,
     congestion: Mutex<Congestion>,
     limit_gauge: Gauge<f64, AtomicU64>,
+    held_gauge: Gauge,
 }
 
 impl<T> Pacing<T> {
@@ -63,54 +55,49 @@ impl<T> Pacing<T> {
         let limit_gauge = Gauge::<f64, AtomicU64>::default();
         metrics.register(
             "event_recorder_in_flight_limit",
-            "Event writes the writer keeps in flight at most now: lower while the API server is slow or answers 429/5xx, so the controllers' own writes go first",
+            "Normal Event writes the writer keeps in flight at most now: lower while the API server is slow or answers 429/5xx, so the controllers' own writes go first (Warnings have slots of their own)",
             limit_gauge.clone(),
         );
         limit_gauge.set(max_in_flight as f64);
+        let held_gauge = Gauge::default();
+        metrics.register(
+            "event_recorder_held",
+            "Normal Event writes held back for now: repeats waiting for the end of their Event's 30 s repeat window, and summary Events waiting for their burst to end",
+            held_gauge.clone(),
+        );
         Pacing {
-            sampled: Mutex::new(HashMap::new()),
-            overflow: Mutex::new(VecDeque::new()),
-            overflowed: Notify::new(),
+            warnings: Mutex::new(VecDeque::new()),
+            warned: Notify::new(),
             congestion: Mutex::new(Congestion::new(max_in_flight)),
             limit_gauge,
+            held_gauge,
         }
     }
 
-    /// Whether a Normal Event of `component` and `reason` is written, `queued` of `capacity`
-    /// Events waiting (see the module docs).
-    pub(super) fn admit_normal(
-        &self,
-        component: &str,
-        reason: &str,
-        queued: usize,
-        capacity: usize,
-    ) -> bool {
-        let mut sampled = lock(&self.sampled);
-        if queued < (capacity / 2).max(SAMPLE_MIN_QUEUED) {
-            sampled.clear();
-            return true;
-        }
-        let seen = sampled
-            .entry((component.to_owned(), reason.to_owned()))
-            .or_insert(0);
-        *seen += 1;
-        (*seen - 1).is_multiple_of(SAMPLE_EVERY)
+    /// Sets the writes held back now (the gauge `event_recorder_held`).
+    pub(super) fn set_held(&self, held: usize) {
+        self.held_gauge.set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
-    /// Keeps a Warning that found the queue full.
-    pub(super) fn overflow(&self, warning: T) {
-        lock(&self.overflow).push_back(warning);
-        self.overflowed.notify_one();
+    /// Queues a Warning ahead of every Normal Event.
+    pub(super) fn push_warning(&self, warning: T) {
+        lock(&self.warnings).push_back(warning);
+        self.warned.notify_one();
     }
 
-    /// The oldest Warning in the overflow list.
-    pub(super) fn take_overflow(&self) -> Option<T> {
-        lock(&self.overflow).pop_front()
+    /// The oldest Warning waiting.
+    pub(super) fn take_warning(&self) -> Option<T> {
+        lock(&self.warnings).pop_front()
     }
 
-    /// Resolves when a Warning was put in the overflow list.
-    pub(super) async fn overflowed(&self) {
-        self.overflowed.notified().await;
+    /// Warnings waiting.
+    pub(super) fn warnings_waiting(&self) -> usize {
+        lock(&self.warnings).len()
+    }
+
+    /// Resolves when a Warning was queued.
+    pub(super) async fn warning_queued(&self) {
+        self.warned.notified().await;
     }
 
     /// Writes in flight allowed now.
@@ -215,21 +202,5 @@ mod tests {
             c.observe(Instant::now(), FAST, false);
         }
         assert_eq!(c.limit(), 32);
-    }
-
-    #[test]
-    fn normal_events_are_sampled_only_under_a_burst() {
-        let p: Pacing<()> = Pacing::new(32, &MetricsRegistry::new());
-        // 1,000-Event queue: below 500 waiting everything goes.
-        assert!((0..100).all(|_| p.admit_normal("c", "Synced", 499, 1000)));
-        let admitted = (0..100)
-            .filter(|_| p.admit_normal("c", "Synced", 500, 1000))
-            .count();
-        assert_eq!(admitted, 100 / SAMPLE_EVERY as usize);
-        // Per component and reason: another reason starts with one written.
-        assert!(p.admit_normal("c", "Other", 900, 1000));
-        assert!(!p.admit_normal("c", "Other", 900, 1000));
-        // A small queue is never in a burst below SAMPLE_MIN_QUEUED.
-        assert!((0..50).all(|_| p.admit_normal("c", "Synced", 8, 10)));
     }
 }

@@ -46,6 +46,9 @@ impl Writes {
             self.shared.pacing.observe(started.elapsed(), overloaded);
             let error = match result {
                 Ok(()) => {
+                    if job.observations == 0 {
+                        self.shared.count("summaries", 1);
+                    }
                     self.shared.count("written", job.observations);
                     return;
                 }
@@ -156,6 +159,8 @@ impl Writes {
     /// Counts and logs an Event given up on after a failed attempt.
     pub(super) fn failed(&self, job: &Job, error: &kube::Error, why: &str) {
         self.shared.count("failed", job.observations);
+        self.shared
+            .not_written(&job.queued, "failed", job.observations);
         self.warn_failure(job, error, format_args!("{why}"));
     }
 
@@ -188,10 +193,14 @@ impl Writes {
     /// Counts and logs an Event whose write was cut short by the flush deadline: `failed` if
     /// an earlier attempt had failed, else `dropped`.
     pub(super) fn abandoned(&self, job: &Job, attempted: bool, why: &str) {
-        self.shared.count(
-            if attempted { "failed" } else { "dropped" },
-            job.observations,
-        );
+        let (result, cause) = if attempted {
+            ("failed", "failed")
+        } else {
+            ("dropped", "shutdown")
+        };
+        self.shared.count(result, job.observations);
+        self.shared
+            .not_written(&job.queued, cause, job.observations);
         let queued = &job.queued;
         tracing::warn!(
             component = %queued.component,

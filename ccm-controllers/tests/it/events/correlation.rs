@@ -1,21 +1,47 @@
 //! Correlation as client-go's `EventCorrelator`: identical Events counted on one, similar ones
 //! combined, spam held back.
 
+use std::time::{Duration, Instant};
+
+use ccm_controllers::NormalEventBudget;
 use k8s_openapi::api::events::v1::Event;
 use tokio_util::sync::CancellationToken;
 
 use super::{WAIT, WriterTest, subject};
 
+/// Identical Events are one Event with their count; the repeats of a Normal one are patched
+/// at most once per repeat window (here 2 s), with the full count.
 #[tokio::test]
 async fn identical_events_are_one_event_with_their_count() {
     let (t, writer) = WriterTest::start(None).await;
+    let window = Duration::from_secs(2);
+    let writer =
+        writer.with_normal_budget(NormalEventBudget::default().with_series_interval(window));
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
-    for _ in 0..5 {
+    t.recorder
+        .normal(&t.object, "EnsuredLoadBalancer", "Ensured load balancer");
+    t.wait_counted("written", 1).await;
+    let created = Instant::now();
+    for _ in 0..4 {
         t.recorder
             .normal(&t.object, "EnsuredLoadBalancer", "Ensured load balancer");
     }
     t.wait_counted("written", 5).await;
+    assert!(created.elapsed() >= window - Duration::from_millis(200));
+    if let Some(server) = t.cluster.api_server() {
+        let writes: Vec<String> = server
+            .requests()
+            .iter()
+            .filter(|r| r.resource == "events" && r.verb != "list")
+            .map(|r| r.verb.clone())
+            .collect();
+        assert_eq!(
+            writes,
+            ["create", "patch"],
+            "one create, one PATCH of four repeats"
+        );
+    }
     let events = t.events_now().await;
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = &events[0];

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use ccm_controllers::MetricsRegistry;
-use ccm_controllers::{EventBroadcaster, EventRecorder, EventWriter};
+use ccm_controllers::{EventBroadcaster, EventRecorder, EventWriter, NormalEventBudget};
 use ccm_testing::TestCluster;
 use ccm_testing::wait::eventually;
 use k8s_openapi::api::core::v1::Service;
@@ -89,6 +89,23 @@ fn counted(metrics: &MetricsRegistry, result: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {prefix} in {text}"))
 }
 
+/// `event_recorder_normal_events_not_written_total{component="test-controller",reason,cause}`.
+fn not_written(metrics: &MetricsRegistry, reason: &str, cause: &str) -> u64 {
+    let text = metrics.encode().unwrap();
+    let prefix = format!(
+        "event_recorder_normal_events_not_written_total{{component=\"test-controller\",reason=\"{reason}\",cause=\"{cause}\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// The default Normal Event budget with repeats patched at once: for the tests of what
+/// happens to a repeat's write, not of its window.
+fn repeats_at_once() -> NormalEventBudget {
+    NormalEventBudget::default().with_series_interval(Duration::ZERO)
+}
+
 /// One Event writer test: a cluster, a broadcaster, a recorder and a subject to hang Events
 /// on; `start` also returns the broadcaster's writer, not yet running.
 struct WriterTest {
@@ -139,6 +156,11 @@ impl WriterTest {
     /// `event_recorder_events_total{result="<result>"}`.
     fn counted(&self, result: &str) -> u64 {
         counted(&self.metrics, result)
+    }
+
+    /// Normal Events of `reason` not written for `cause`.
+    fn not_written(&self, reason: &str, cause: &str) -> u64 {
+        not_written(&self.metrics, reason, cause)
     }
 
     /// Waits until `event_recorder_events_total{result="<result>"}` is `n`.

@@ -1,7 +1,7 @@
 //! The queue: Events arrive as recorded and repeats fold, a full queue drops and counts, and
 //! stopping flushes within its deadline.
 
-use ccm_controllers::ControllerContext;
+use ccm_controllers::{ControllerContext, NormalEventBudget};
 use ccm_testing::TestCluster;
 use ccm_testing::fake_cloud::FakeCloud;
 use ccm_testing::wait::eventually;
@@ -42,38 +42,47 @@ async fn events_arrive_with_their_type_reason_note_and_reporter_and_repeats_fold
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
     assert_eq!(warning.note.as_deref(), Some("Error syncing: boom"));
 
-    // A repeat is folded into the first Event's series (kube's Recorder), not a new Event.
+    // A repeat is folded into the first Event's series (kube's Recorder), not a new Event. A
+    // Normal repeat waits for the end of its Event's repeat window (30 s); stopping writes it.
     recorder.normal(&object, "EnsuringLoadBalancer", "Ensuring load balancer");
-    let folded = eventually(WAIT, || async {
-        events_of(&cluster.client(), &ns, &name)
-            .await
-            .iter()
-            .any(|e| e.series.as_ref().is_some_and(|s| s.count == 2))
-    })
-    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(counted(&ctx.metrics, "written"), 2, "the repeat waits");
+    ctx.shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
     let events = events_of(&cluster.client(), &ns, &name).await;
-    assert!(folded, "no series of 2: {events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.series.as_ref().is_some_and(|s| s.count == 2)),
+        "no series of 2: {events:#?}"
+    );
     assert_eq!(events.len(), 2, "{events:#?}");
     assert_eq!(counted(&ctx.metrics, "written"), 3);
     assert_eq!(counted(&ctx.metrics, "dropped"), 0);
-
-    ctx.shutdown.cancel();
-    while tasks.join_next().await.is_some() {}
     cluster.cleanup().await;
 }
 
+/// A Normal Event that finds the queue full is not written (as client-go drops it) but
+/// counted, and told by the summary Event of its reason.
 #[tokio::test]
-async fn a_full_queue_drops_new_events_and_counts_them() {
+async fn a_full_queue_folds_new_normal_events_into_summaries_and_counts_them() {
     // The writer is not running yet: nothing leaves the queue.
     let (t, writer) = WriterTest::start(Some(2)).await;
+    let long = Duration::from_secs(60);
+    let writer =
+        writer.with_normal_budget(NormalEventBudget::default().with_summary_delays(long, long));
     for i in 1..=5 {
         t.recorder
             .normal(&t.object, &format!("Reason{i}"), format!("event {i}"));
     }
     assert_eq!(t.events.queued(), 2);
-    assert_eq!(t.counted("dropped"), 3);
+    assert_eq!(t.counted("dropped"), 0);
+    assert_eq!(t.counted("summarised"), 3);
+    for i in 3..=5 {
+        assert_eq!(t.not_written(&format!("Reason{i}"), "queue_full"), 1);
+    }
 
-    // As client-go's DropIfChannelFull: the queued ones are kept, the newer ones dropped.
+    // As client-go's DropIfChannelFull: the queued ones are kept, the newer ones not written.
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(5)));
     let written = t.wait_events(2).await;
@@ -83,10 +92,28 @@ async fn a_full_queue_drops_new_events_and_counts_them() {
     t.recorder.normal(&t.object, "Reason6", "event 6");
     let written = t.wait_events(3).await;
     assert_eq!(reasons(&written), ["Reason1", "Reason2", "Reason6"]);
-    assert_eq!(t.counted("dropped"), 3);
-
+    // Stopping writes the summaries still waiting: one per reason.
     stop.cancel();
     task.await.unwrap();
+    let events = t.events_now().await;
+    assert_eq!(
+        reasons(&events),
+        [
+            "Reason1", "Reason2", "Reason3", "Reason4", "Reason5", "Reason6"
+        ]
+    );
+    let summary = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Reason5"))
+        .unwrap();
+    let note = summary.note.as_deref().unwrap();
+    assert!(
+        note.starts_with("1 Reason5 Event(s) of test-controller not written one by one"),
+        "{note}"
+    );
+    assert!(note.ends_with("the last: event 5"), "{note}");
+    assert_eq!(t.counted("summaries"), 3);
+    assert_eq!(t.counted("dropped"), 0);
     t.cluster.cleanup().await;
 }
 

@@ -9,7 +9,7 @@ use kube::api::Api;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-use super::{HANG, WAIT, WriterTest, reasons};
+use super::{HANG, WAIT, WriterTest, reasons, repeats_at_once};
 
 const QUICK: Duration = Duration::from_millis(20);
 
@@ -115,7 +115,9 @@ async fn an_event_that_keeps_failing_is_given_up_after_the_last_try() {
 #[tokio::test]
 async fn a_repeat_whose_series_event_is_gone_is_created_anew() {
     let (t, writer) = WriterTest::start(None).await;
-    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, QUICK);
+    let writer = writer
+        .with_retries(MAX_TRIES_PER_EVENT, QUICK)
+        .with_normal_budget(repeats_at_once());
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), WAIT));
     t.recorder
@@ -153,7 +155,9 @@ async fn stopping_during_a_retry_sleep_ends_at_the_flush_deadline_and_flushes_th
         return; // needs fault injection
     };
     // Sleeps of up to an hour between tries: a retry never comes during the test.
-    let writer = writer.with_retries(MAX_TRIES_PER_EVENT, HANG);
+    let writer = writer
+        .with_retries(MAX_TRIES_PER_EVENT, HANG)
+        .with_normal_budget(repeats_at_once());
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone(), Duration::from_secs(2)));
     t.recorder

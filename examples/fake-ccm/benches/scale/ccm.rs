@@ -348,6 +348,28 @@ impl Ccm {
 
     /// Waits until the CCM has sent no API request for 3 s (its own client metrics; at most
     /// 120 s), so that writes still queued behind the client rate limiter are counted.
+    /// Waits until the CCM's Event writer holds nothing back (`event_recorder_held` 0: no
+    /// repeat waiting for its window, no summary waiting for its burst to end; at most 120 s),
+    /// then for [`Ccm::quiet`]: the Events of the run are then all written and counted.
+    pub(crate) async fn events_settled(&self) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            let held: f64 = self
+                .metrics()
+                .await
+                .0
+                .iter()
+                .filter(|(name, _, _)| name == "event_recorder_held")
+                .map(|(_, _, v)| *v)
+                .sum();
+            if held == 0.0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        self.quiet().await;
+    }
+
     pub(crate) async fn quiet(&self) {
         let still = Duration::from_secs(3);
         let deadline = Instant::now() + Duration::from_secs(120);

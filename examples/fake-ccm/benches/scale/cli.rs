@@ -128,6 +128,11 @@ pub(crate) struct Cli {
     /// does; off otherwise: at 100,000 Nodes the bodies alone took gigabytes of the harness).
     #[arg(long)]
     pub(crate) record_bodies: bool,
+    /// node-burst: first create the same Nodes in a fresh in-process API server with no CCM
+    /// (the harness's watches running, as in the run), then run with the CCM: the creation
+    /// times with and without it and their ratio (issue 43: at most 1.15).
+    #[arg(long)]
+    pub(crate) without_ccm_baseline: bool,
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     pub(crate) ccm_args: Vec<String>,
@@ -169,6 +174,7 @@ pub(crate) struct Opts {
     pub(crate) images: usize,
     pub(crate) record_bodies: bool,
     pub(crate) lease_duration: u64,
+    pub(crate) without_ccm_baseline: bool,
 }
 
 impl Opts {
@@ -214,6 +220,7 @@ impl Opts {
             images: c.images,
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
+            without_ccm_baseline: c.without_ccm_baseline && s == Scenario::NodeBurst,
         }
     }
 
@@ -280,6 +287,9 @@ impl Opts {
         }
         if self.record_bodies && self.scenario != Scenario::NodeIpam {
             m.insert("record_bodies".into(), json!(true));
+        }
+        if self.without_ccm_baseline {
+            m.insert("without_ccm_baseline".into(), json!(true));
         }
         if self.images != 40 {
             m.insert("images".into(), json!(self.images));

@@ -84,6 +84,8 @@ pub(crate) async fn node_churn(env: &Env, opts: &Opts) -> Report {
     drop(progress);
     let last_lb = watch.last_change();
     drop(watch);
+    // Repeats of `UpdatedLoadBalancer` wait for their Event's repeat window (30 s).
+    ccm.events_settled().await;
     let after = ccm.metrics().await;
     let calls = diff(&after.cloud_calls(), &before.cloud_calls());
     report.secs("joins_s", "first join -> last join", last_join - t0);

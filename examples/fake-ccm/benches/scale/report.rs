@@ -297,7 +297,14 @@ pub(crate) fn event_figures(
         &after.by("event_recorder_events_total", "result"),
         &before.by("event_recorder_events_total", "result"),
     );
-    for result in ["written", "sampled", "dropped", "failed", "filtered"] {
+    for result in [
+        "written",
+        "summarised",
+        "summaries",
+        "dropped",
+        "failed",
+        "filtered",
+    ] {
         let n = events.get(result).copied().unwrap_or(0.0);
         report.fig(
             &format!("events_{result}"),
