@@ -15,7 +15,7 @@ use ccm_core::well_known::{
     LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_TOPOLOGY_ZONE, TAINT_OUT_OF_SERVICE,
     TAINT_SHUTDOWN,
 };
-use ccm_testing::fake_cloud::{FakeCloud, NodeAnswer};
+use ccm_testing::fake_cloud::{FakeCloud, Fault, NodeAnswer};
 use ccm_testing::wait::{eventually, wait_for};
 
 use crate::support::node::{TIMEOUT, Test, label, taints};
@@ -424,5 +424,29 @@ async fn no_out_of_service_before_the_delay_on_errors_or_without_the_flag() {
         assert!(!has_out_of_service(&node), "{name}: {:?}", taints(&node));
     }
     go.stop().await.unwrap();
+    t.cluster.cleanup().await;
+}
+
+#[tokio::test]
+async fn not_implemented_shutdown_never_removes_an_operators_out_of_service_taint() {
+    let t = Test::start().await;
+    let name = t.name("byhand");
+    let fake = FakeCloud::default();
+    fake.inject("instance_shutdown", Fault::NotImplemented);
+    // The operator's own non-graceful shutdown, applied by hand as Kubernetes documents it.
+    t.create(
+        &t.initialized_node(&name)
+            .not_ready()
+            .taint(TAINT_OUT_OF_SERVICE, "nodeshutdown", "NoExecute")
+            .build(),
+    )
+    .await;
+    let running = t
+        .run_lifecycle(fake.provider(), with_out_of_service(Duration::from_secs(1)))
+        .await;
+    calls_reach(&fake, "instance_shutdown", 6).await;
+    let node = t.nodes.get(&name).await.unwrap();
+    assert!(has_out_of_service(&node), "{:?}", taints(&node));
+    running.stop().await.unwrap();
     t.cluster.cleanup().await;
 }

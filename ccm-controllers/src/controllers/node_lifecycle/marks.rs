@@ -75,13 +75,19 @@ impl Marks {
 
     /// What the out-of-service taint calls for after a shutdown answer: `Ok(true)` records the
     /// first such answer and adds the taint once due; `Ok(false)` (running again) forgets it
-    /// and removes the taint; an error leaves both. `None` when the feature is off.
+    /// and removes the taint; an error, or an answer that is not the cloud's own (`known`
+    /// false: `NotImplemented` read as "not shut down"), leaves both. `None` when the feature
+    /// is off.
     pub(super) fn out_of_service_intent<E>(
         &self,
         node: &NodeView,
         shutdown: &Result<bool, E>,
+        known: bool,
     ) -> Option<bool> {
         let delay = self.out_of_service_after?;
+        if !known {
+            return None;
+        }
         match shutdown {
             Ok(true) => {
                 let uid = node.uid().unwrap_or_default();

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use tokio::time::Instant;
 
-use super::cloud::{instance_exists, instance_shutdown};
+use super::cloud::{instance_exists, instance_shutdown_known};
 use super::marks::{self, Marks};
 use super::metrics::LifecycleMetrics;
 use super::plan::marks::TaintIntent;
@@ -247,16 +247,18 @@ impl Reconciler {
                     ExistsStep::CheckShutdown => {
                         self.forget(node);
                         self.marks.write_condition(node, false, &self.metrics).await;
-                        let shutdown = match batch_shutdown {
-                            Some(shutdown) => shutdown,
-                            None => instance_shutdown(self.ctx.cloud.as_ref(), node).await,
+                        let (shutdown, known) = match batch_shutdown {
+                            Some(shutdown) => (shutdown, true),
+                            None => instance_shutdown_known(self.ctx.cloud.as_ref(), node).await,
                         };
                         if let Err(error) = &shutdown {
                             tracing::warn!(node = %name, %error, "error checking if node is shutdown");
                         }
                         let intent = TaintIntent {
                             shutdown: plan::plan_shutdown(&shutdown, node).then_some(true),
-                            out_of_service: self.marks.out_of_service_intent(node, &shutdown),
+                            out_of_service: self
+                                .marks
+                                .out_of_service_intent(node, &shutdown, known),
                         };
                         if !marks::taints_match(node, intent) {
                             self.patch_taints(node, intent).await;
