@@ -27,6 +27,10 @@
 //!   lifecycle checks in the cloud-call budget; a refresh that does not fit its period
 //!   stretches it, with the gauge `node_controller_address_refresh_period_seconds` and one
 //!   warning (`refresh.rs`).
+//! - **Labels kept in step** (off by default, [`CloudNodeConfig::reconcile_cloud_labels`]):
+//!   the periodic refresh also brings zone, region, instance type (GA and beta) and the
+//!   provider's additional labels in step with the cloud, from the answer it already gets
+//!   (`plan::plan_cloud_labels` states the rule); Go writes them once, at initialisation.
 //! - **Address change detection** is exact within each address type (Go's map-based check
 //!   misses changes between lists holding several addresses of one type).
 
