@@ -10,6 +10,11 @@ pub const TAINT_SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
 /// Taint the cluster-autoscaler puts on a Node it is about to remove; such Nodes are not load
 /// balancer hosts.
 pub const TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER: &str = "ToBeDeletedByClusterAutoscaler";
+/// Taint of Kubernetes' non-graceful node shutdown (GA since 1.28): with it, the Pods of a
+/// Node are deleted and their volumes detached without waiting for the kubelet. The
+/// node-lifecycle controller adds it (`nodeshutdown:NoExecute`) only when an operator turns
+/// it on (`--node-out-of-service-after`).
+pub const TAINT_OUT_OF_SERVICE: &str = "node.kubernetes.io/out-of-service";
 
 /// Annotation kubelet writes with its `--node-ip` (one IP, or a dual-stack pair `v4,v6`).
 pub const ANNOTATION_PROVIDED_NODE_IP: &str = "alpha.kubernetes.io/provided-node-ip";
@@ -40,6 +45,9 @@ pub const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
 pub const CONDITION_NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 /// Node condition kubelet maintains; the node-lifecycle controller reads it.
 pub const CONDITION_READY: &str = "Ready";
+/// Node condition the node-lifecycle controller maintains, when an operator turns it on, while
+/// the cloud reports the Node's instance gone (not in Go's `k8s.io/cloud-provider`).
+pub const CONDITION_CLOUD_PROVIDER_INSTANCE_NOT_FOUND: &str = "CloudProviderInstanceNotFound";
 
 /// The HTTPS port a cloud-controller-manager serves health and metrics on.
 pub const CLOUD_CONTROLLER_MANAGER_PORT: u16 = 10258;

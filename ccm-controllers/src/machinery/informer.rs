@@ -516,8 +516,9 @@ pub(crate) fn node_watcher_config() -> watcher::Config {
 /// Removes from a Node, before it is cached, what neither the controllers nor a cloud provider
 /// reads: `status.images` (usually most of a Node's size), `capacity`, `allocatable`,
 /// `volumesAttached`, `volumesInUse`, `daemonEndpoints`, `config`, `features`,
-/// `runtimeHandlers`, every condition but `Ready` (node lifecycle) and `NetworkUnavailable`
-/// (routes) and those two's `message`, and of `nodeInfo` the boot ID and the kernel, OS image,
+/// `runtimeHandlers`, every condition but `Ready` (node lifecycle), `NetworkUnavailable`
+/// (routes) and `CloudProviderInstanceNotFound` (node lifecycle, written only when turned on)
+/// and those three's `message`, and of `nodeInfo` the boot ID and the kernel, OS image,
 /// container runtime, kubelet and kube-proxy versions (empty strings). Kept: all metadata
 /// (but `managedFields`, which every informer drops), the whole spec, `addresses`, of
 /// `nodeInfo` `systemUUID` (clouds match instances by it), `machineID`, `architecture` and
@@ -528,7 +529,9 @@ pub(crate) fn node_watcher_config() -> watcher::Config {
 /// "4. steady: memory". A vendor whose provider or own controller
 /// needs more replaces this with [`Builder::strip_cached_node`](crate::Builder::strip_cached_node).
 pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
-    use ccm_core::well_known::{CONDITION_NETWORK_UNAVAILABLE, CONDITION_READY};
+    use ccm_core::well_known::{
+        CONDITION_CLOUD_PROVIDER_INSTANCE_NOT_FOUND, CONDITION_NETWORK_UNAVAILABLE, CONDITION_READY,
+    };
     let Some(status) = node.status.as_mut() else {
         return;
     };
@@ -542,8 +545,11 @@ pub fn strip_node(node: &mut k8s_openapi::api::core::v1::Node) {
     status.features = None;
     status.runtime_handlers = None;
     if let Some(conditions) = status.conditions.as_mut() {
-        conditions
-            .retain(|c| c.type_ == CONDITION_READY || c.type_ == CONDITION_NETWORK_UNAVAILABLE);
+        conditions.retain(|c| {
+            c.type_ == CONDITION_READY
+                || c.type_ == CONDITION_NETWORK_UNAVAILABLE
+                || c.type_ == CONDITION_CLOUD_PROVIDER_INSTANCE_NOT_FOUND
+        });
         conditions.shrink_to_fit();
         for condition in conditions.iter_mut() {
             condition.message = None;

@@ -37,6 +37,7 @@ mod kube;
 mod leader_election;
 mod logging;
 mod node;
+mod node_cloud_state;
 mod node_ipam;
 mod route;
 mod service;
@@ -60,6 +61,7 @@ pub use self::leader_election::LeaderElectionArgs;
 use self::logging::quantity_is_nonzero;
 pub use self::logging::{LogFormat, LoggingArgs};
 pub use self::node::NodeControllerArgs;
+pub use self::node_cloud_state::{NodeCloudStateArgs, NodeDeletionMode};
 pub use self::node_ipam::NodeIpamArgs;
 pub use self::route::RouteControllerArgs;
 pub use self::service::ServiceControllerArgs;
@@ -89,6 +91,9 @@ pub struct Options {
     /// Node controllers' flags.
     #[command(flatten)]
     pub node: NodeControllerArgs,
+    /// Node controllers' flags beyond Go, each off by default.
+    #[command(flatten)]
+    pub node_cloud_state: NodeCloudStateArgs,
     /// Service controller's flags.
     #[command(flatten)]
     pub service: ServiceControllerArgs,
@@ -203,6 +208,16 @@ impl Options {
             if value.is_zero() {
                 errors.push(flag_error(flag, "must be > 0"));
             }
+        }
+        if self
+            .node_cloud_state
+            .node_out_of_service_after
+            .is_some_and(|d| d.is_zero())
+        {
+            errors.push(flag_error(
+                "node-out-of-service-after",
+                "must be > 0; leave it unset to keep the out-of-service taint off",
+            ));
         }
         let le = &self.leader_election;
         if le.leader_elect_resource_lock != "leases" {
@@ -561,6 +576,26 @@ impl Options {
     /// `--node-deletion-grace-period`.
     pub fn node_deletion_grace_period(&self) -> Duration {
         self.node.node_deletion_grace_period
+    }
+
+    /// `--reconcile-cloud-labels`.
+    pub fn reconcile_cloud_labels(&self) -> bool {
+        self.node_cloud_state.reconcile_cloud_labels
+    }
+
+    /// `--node-instance-not-found-condition`.
+    pub fn node_instance_not_found_condition(&self) -> bool {
+        self.node_cloud_state.node_instance_not_found_condition
+    }
+
+    /// `--node-deletion-mode`.
+    pub fn node_deletion_mode(&self) -> NodeDeletionMode {
+        self.node_cloud_state.node_deletion_mode
+    }
+
+    /// `--node-out-of-service-after` (`None`: off).
+    pub fn node_out_of_service_after(&self) -> Option<Duration> {
+        self.node_cloud_state.node_out_of_service_after
     }
 
     /// `--concurrent-service-syncs`.

@@ -118,6 +118,7 @@ fn cloud_node_controller() -> ControllerEntry {
                 workers: o.node_sync_workers(),
                 status_update_frequency: o.node_status_update_frequency(),
                 status_update_workers: o.node_status_update_workers(),
+                reconcile_cloud_labels: o.reconcile_cloud_labels(),
             },
         )
         .await
@@ -129,7 +130,8 @@ fn cloud_node_controller() -> ControllerEntry {
 /// `cloud-node-lifecycle-controller` (`cloud-node-lifecycle`): deletes Nodes whose instances
 /// are gone (after the grace period), taints shut-down ones.
 fn node_lifecycle_controller() -> ControllerEntry {
-    use crate::controllers::node_lifecycle::{ALIAS, NAME, NodeLifecycleConfig};
+    use crate::controllers::node_lifecycle::{ALIAS, GoneNodeAction, NAME, NodeLifecycleConfig};
+    use crate::options::NodeDeletionMode;
     ControllerEntry::new(NAME, |ctx, args| async move {
         let o = &args.options;
         crate::controllers::node_lifecycle::run(
@@ -137,6 +139,12 @@ fn node_lifecycle_controller() -> ControllerEntry {
             NodeLifecycleConfig {
                 monitor_period: o.node_monitor_period(),
                 deletion_grace_period: o.node_deletion_grace_period(),
+                instance_not_found_condition: o.node_instance_not_found_condition(),
+                gone_nodes: match o.node_deletion_mode() {
+                    NodeDeletionMode::Delete => GoneNodeAction::Delete,
+                    NodeDeletionMode::Mark => GoneNodeAction::Mark,
+                },
+                out_of_service_after: o.node_out_of_service_after(),
                 ..NodeLifecycleConfig::default()
             },
         )

@@ -22,6 +22,7 @@ mod go_tables;
 mod initial_list;
 mod instance_batch;
 mod lease_renewal;
+mod node_cloud_state;
 mod node_ipam;
 mod node_lifecycle;
 mod ownership;

@@ -141,7 +141,7 @@ mod reviews;
 mod selector;
 mod state;
 mod status;
-mod validation;
+pub(crate) mod validation;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -292,6 +292,17 @@ pub enum Check {
     /// `/region` from `Zones`; a provider claiming zones with empty answers leaves every Node
     /// without topology labels, silently breaking zone spreading.
     ZonesNonEmpty,
+    /// With `InstancesV2`, the labels `instance_metadata` answers for every existing Node can
+    /// be written to a Node: zone, region and instance type are valid label values, and each
+    /// additional label has a valid key (a qualified name) outside the `kubernetes.io` /
+    /// `k8s.io` namespaces and a valid value.
+    ///
+    /// Why: the cloud-node controller writes these labels at initialisation and, with
+    /// `--reconcile-cloud-labels`, again at every status refresh (docs/controllers.md, "Labels
+    /// kept in step with the cloud"). An invalid value is refused by the API server: the Node
+    /// stays uninitialised, or the refresh fails every period; a reserved key is discarded
+    /// with a warning every time.
+    InstanceLabelsValid,
     /// `ensure_load_balancer` called twice with the same input succeeds both times with the
     /// same status, and the status has at least one ingress with an IP or a hostname.
     ///
@@ -435,6 +446,7 @@ impl Check {
         Check::InstanceExistsTrueForExistingAndShutDown,
         Check::InstanceShutdownConsistentWithExists,
         Check::ZonesNonEmpty,
+        Check::InstanceLabelsValid,
         Check::LegacyV1ConsistentWithV2,
         Check::LegacyInstanceIdNotFoundForUnknown,
         Check::EnsureLoadBalancerIdempotentWithIngress,
@@ -467,6 +479,7 @@ impl Check {
                 "instance_shutdown_consistent_with_exists"
             }
             Check::ZonesNonEmpty => "zones_non_empty",
+            Check::InstanceLabelsValid => "instance_labels_valid",
             Check::EnsureLoadBalancerIdempotentWithIngress => {
                 "ensure_load_balancer_idempotent_with_ingress"
             }

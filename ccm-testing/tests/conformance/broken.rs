@@ -65,6 +65,8 @@ broken_provider_tests! {
         ShutdownNeverReported => InstanceShutdownConsistentWithExists,
     empty_region_fails_zones_non_empty:
         EmptyRegion => ZonesNonEmpty,
+    invalid_label_value_fails_instance_labels_valid:
+        InvalidLabelValue => InstanceLabelsValid,
     legacy_type_differs_fails_legacy_v1_consistent_with_v2:
         LegacyTypeDiffers => LegacyV1ConsistentWithV2,
     legacy_id_for_unknown_fails_legacy_instance_id_not_found_for_unknown:
@@ -119,6 +121,7 @@ fn every_check_has_a_broken_provider() {
         Check::InstanceExistsTrueForExistingAndShutDown,
         Check::InstanceShutdownConsistentWithExists,
         Check::ZonesNonEmpty,
+        Check::InstanceLabelsValid,
         Check::LegacyV1ConsistentWithV2,
         Check::LegacyInstanceIdNotFoundForUnknown,
         Check::EnsureLoadBalancerIdempotentWithIngress,

@@ -30,6 +30,8 @@ pub(crate) enum Flaw {
     ShutdownNeverReported,
     /// Zones answer an empty region (legacy path only).
     EmptyRegion,
+    /// `instance_metadata` answers an additional label whose value no Node can carry.
+    InvalidLabelValue,
     /// The legacy v1 instance type disagrees with v2.
     LegacyTypeDiffers,
     /// The legacy `instance_id` invents an ID for a missing instance.
@@ -164,6 +166,10 @@ impl InstancesV2 for Broken {
             return InstancesV2::instance_metadata(&self.inner, &current).await;
         }
         let mut meta = InstancesV2::instance_metadata(&self.inner, node).await?;
+        if self.is(Flaw::InvalidLabelValue) {
+            meta.additional_labels
+                .insert("acme.example.com/rack".into(), "rack 7!".into());
+        }
         if self.is(Flaw::MetadataChangesOnce) {
             let mut calls = self.metadata_calls.lock().unwrap();
             let count = calls.entry(name(node)).or_default();

@@ -160,20 +160,41 @@ async fn legacy_addresses(
     .await
 }
 
-/// The node's current addresses for the periodic refresh (Go's `getInstanceNodeAddresses`):
-/// `instance_metadata` with `InstancesV2`, else `node_addresses_by_provider_id` falling back
-/// to `node_addresses`.
-pub(crate) async fn fetch_addresses(
+/// The cloud's answer for the periodic refresh.
+#[derive(Clone, Debug)]
+pub(crate) struct RefreshAnswer {
+    /// The instance's metadata: whole with `InstancesV2` (one `instance_metadata` call), only
+    /// its addresses with the legacy `Instances`.
+    pub(crate) meta: InstanceMetadata,
+    /// Whether `meta` holds the zone, region, instance type and additional labels (false on
+    /// the legacy path, where they would cost further calls the refresh does not make).
+    pub(crate) labels_known: bool,
+}
+
+/// The node's current addresses (and, with `InstancesV2`, the rest of its metadata, from the
+/// same call) for the periodic refresh (Go's `getInstanceNodeAddresses`): `instance_metadata`
+/// with `InstancesV2`, else `node_addresses_by_provider_id` falling back to `node_addresses`.
+pub(crate) async fn fetch_refresh(
     cloud: &dyn CloudProvider,
     node: &NodeView,
-) -> Result<Vec<NodeAddress>, CloudError> {
+) -> Result<RefreshAnswer, CloudError> {
     if let Some(v2) = cloud.instances_v2() {
-        return Ok(v2.instance_metadata(node).await?.node_addresses);
+        return Ok(RefreshAnswer {
+            meta: v2.instance_metadata(node).await?,
+            labels_known: true,
+        });
     }
     let Some(instances) = cloud.instances() else {
         return Err(CloudError::msg(
             "failed to get instances from cloud provider",
         ));
     };
-    legacy_addresses(instances, node.provider_id(), node.name()).await
+    let node_addresses = legacy_addresses(instances, node.provider_id(), node.name()).await?;
+    Ok(RefreshAnswer {
+        meta: InstanceMetadata {
+            node_addresses,
+            ..Default::default()
+        },
+        labels_known: false,
+    })
 }

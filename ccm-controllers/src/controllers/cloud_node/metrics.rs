@@ -18,7 +18,7 @@ use crate::machinery::ownership::Ownership;
 /// Labels of the reconcile counters: what was reconciled and how it ended.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ReconcileLabels {
-    /// `initialize`, `labels` or `addresses`.
+    /// `initialize`, `labels`, `addresses` or `cloud_labels`.
     pub(crate) kind: &'static str,
     /// `success`, `error` or `retry`.
     pub(crate) result: &'static str,
@@ -38,6 +38,14 @@ pub(crate) struct CloudNodeMetrics {
     initial_sync_delay: Histogram,
     reconciles: Family<ReconcileLabels, Counter>,
     durations: Family<KindLabel, Histogram>,
+    cloud_labels: Family<CloudLabel, Counter>,
+}
+
+/// Labels of the counter of labels brought in step with the cloud.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CloudLabel {
+    /// The label key for the well-known labels, `additional` for a provider's own.
+    pub(crate) label: &'static str,
 }
 
 /// Go's buckets for the two node histograms: 1 s × 4^n, 6 buckets (1 s … 1024 s).
@@ -52,6 +60,7 @@ impl CloudNodeMetrics {
             taint_removal_delay: Histogram::new(delay_buckets()),
             initial_sync_delay: Histogram::new(delay_buckets()),
             reconciles: Family::default(),
+            cloud_labels: Family::default(),
             durations: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 4.0, 10))
             }),
@@ -76,7 +85,17 @@ impl CloudNodeMetrics {
             "Duration of cloud-node controller reconciles by kind, including cloud calls and API writes.",
             m.durations.clone(),
         );
+        registry.register(
+            "node_controller_cloud_label_updates",
+            "Node labels the status refresh changed to bring them in step with the cloud (--reconcile-cloud-labels), by label (the key for zone, region and instance type, GA and beta; additional for a provider's own labels).",
+            m.cloud_labels.clone(),
+        );
         m
+    }
+
+    /// Counts one label brought in step with the cloud.
+    pub(crate) fn cloud_label_updated(&self, label: &'static str) {
+        self.cloud_labels.get_or_create(&CloudLabel { label }).inc();
     }
 
     /// Counts one reconcile and its duration.

@@ -27,6 +27,10 @@
 //!   lifecycle checks in the cloud-call budget; a refresh that does not fit its period
 //!   stretches it, with the gauge `node_controller_address_refresh_period_seconds` and one
 //!   warning (`refresh.rs`).
+//! - **Labels kept in step** (off by default, [`CloudNodeConfig::reconcile_cloud_labels`]):
+//!   the periodic refresh also brings zone, region, instance type (GA and beta) and the
+//!   provider's additional labels in step with the cloud, from the answer it already gets
+//!   (`plan::plan_cloud_labels` states the rule); Go writes them once, at initialisation.
 //! - **Address change detection** is exact within each address type (Go's map-based check
 //!   misses changes between lists holding several addresses of one type).
 
@@ -94,6 +98,12 @@ pub struct CloudNodeConfig {
     /// `--concurrent-node-status-updates`: parallel address refreshes; 0 means the same as
     /// `workers` (Go's default).
     pub status_update_workers: usize,
+    /// `--reconcile-cloud-labels`: the periodic refresh also brings zone, region, instance
+    /// type (GA and beta labels) and the provider's additional labels in step with the cloud,
+    /// from the answer it already gets (with `InstancesV2` or `InstancesBatch`; the legacy
+    /// `Instances` refresh asks only for addresses, so its labels stay as initialised).
+    /// Default off (Go writes them once, at initialisation).
+    pub reconcile_cloud_labels: bool,
 }
 
 impl Default for CloudNodeConfig {
@@ -102,6 +112,7 @@ impl Default for CloudNodeConfig {
             workers: DEFAULT_WORKERS,
             status_update_frequency: Duration::from_secs(5 * 60),
             status_update_workers: 0,
+            reconcile_cloud_labels: false,
         }
     }
 }
@@ -160,11 +171,17 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     let metrics = CloudNodeMetrics::register(&ctx.metrics);
     metrics::register_uninitialised(&ctx.metrics, &ctx.nodes, ctx.ownership());
     let recorder = ctx.recorder(EVENT_COMPONENT);
-    let shared = Arc::new(Reconciler::new(ctx.clone(), recorder, metrics));
+    let shared = Arc::new(Reconciler::new(
+        ctx.clone(),
+        recorder,
+        metrics,
+        config.reconcile_cloud_labels,
+    ));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
     tracing::info!(
         workers = config.workers,
         status_update_frequency = ?config.status_update_frequency,
+        reconcile_cloud_labels = config.reconcile_cloud_labels,
         "starting {NAME}"
     );
 

@@ -258,6 +258,71 @@ pub(crate) fn label_reconcile_update(node: &Node) -> SpecUpdate {
     }
 }
 
+/// Label reconciliation with the cloud (`--reconcile-cloud-labels`, beyond Go, which writes
+/// these labels once, at initialisation): the labels whose value differs from the cloud's
+/// answer at the periodic refresh, planned from the Node's label lookup `label` (the cached
+/// view's, so an unchanged Node costs no copy).
+///
+/// The rule (docs/controllers.md, "Labels kept in step with the cloud"):
+/// - zone, region and instance type, GA and beta labels alike, take the cloud's value when
+///   the cloud knows it (not empty): a label an operator edited or removed is set back;
+///   an empty value from the cloud leaves the label as it is;
+/// - the provider's additional labels take the cloud's value too (added when missing,
+///   changed when different), except in the `kubernetes.io`/`k8s.io` namespaces, which are
+///   never written (as at initialisation);
+/// - nothing is ever removed: a label the cloud no longer reports stays as it is.
+pub(crate) fn plan_cloud_labels<'a>(
+    label: impl Fn(&str) -> Option<&'a str>,
+    meta: &InstanceMetadata,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let well_known = [
+        (LABEL_FAILURE_DOMAIN_BETA_ZONE, &meta.zone),
+        (LABEL_TOPOLOGY_ZONE, &meta.zone),
+        (LABEL_FAILURE_DOMAIN_BETA_REGION, &meta.region),
+        (LABEL_TOPOLOGY_REGION, &meta.region),
+        (LABEL_INSTANCE_TYPE_BETA, &meta.instance_type),
+        (LABEL_INSTANCE_TYPE, &meta.instance_type),
+    ];
+    for (key, value) in well_known {
+        if !value.is_empty() && label(key) != Some(value.as_str()) {
+            out.insert(key.to_owned(), value.clone());
+        }
+    }
+    for (key, value) in &meta.additional_labels {
+        if !is_kubernetes_label(key) && label(key) != Some(value.as_str()) {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    out
+}
+
+/// The spec update of the label reconciliation with the cloud on `node` (its labels'
+/// current values are the write's preconditions).
+pub(crate) fn cloud_labels_update(node: &Node, meta: &InstanceMetadata) -> SpecUpdate {
+    SpecUpdate {
+        labels: plan_cloud_labels(|k| label(node, k), meta),
+        ..Default::default()
+    }
+}
+
+/// The metric label of a reconciled label key: the key itself for the well-known labels, and
+/// `additional` for a provider's own (their keys are the provider's, unbounded).
+pub(crate) fn cloud_label_metric_key(key: &str) -> &'static str {
+    const WELL_KNOWN: [&str; 6] = [
+        LABEL_FAILURE_DOMAIN_BETA_ZONE,
+        LABEL_TOPOLOGY_ZONE,
+        LABEL_FAILURE_DOMAIN_BETA_REGION,
+        LABEL_TOPOLOGY_REGION,
+        LABEL_INSTANCE_TYPE_BETA,
+        LABEL_INSTANCE_TYPE,
+    ];
+    WELL_KNOWN
+        .into_iter()
+        .find(|k| *k == key)
+        .unwrap_or("additional")
+}
+
 /// The node's `alpha.kubernetes.io/provided-node-ip` annotation, when present (even empty).
 pub(crate) fn provided_node_ip(node: &Node) -> Option<&str> {
     node.metadata
@@ -422,3 +487,6 @@ pub(crate) fn parse_ip_sloppy(s: &str) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod cloud_labels_tests;

@@ -5,10 +5,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ccm_core::well_known::TAINT_UNINITIALIZED;
-use ccm_core::{CloudError, Node, NodeAddress, NodeView};
+use ccm_core::{CloudError, InstanceMetadata, Node, NodeView};
 use kube::api::Api;
 
-use super::cloud::{self, FetchError, Fetched};
+use super::cloud::{self, FetchError, Fetched, RefreshAnswer};
 use super::metrics::CloudNodeMetrics;
 use super::plan::{self, InitError, Step};
 use crate::controllers::node::instance_batch::Coalescer;
@@ -49,6 +49,9 @@ pub(crate) struct Reconciler {
     /// name, with their UID: told once (a `SyncFailed` Event), then asked again with
     /// backoff in silence. Such a Node may be another cloud's, waiting for its own CCM.
     unknown: Mutex<HashMap<String, String>>,
+    /// `--reconcile-cloud-labels`: the periodic refresh also brings the cloud's labels in
+    /// step (`plan::plan_cloud_labels`).
+    reconcile_cloud_labels: bool,
 }
 
 /// A Node this controller untainted (see [`Reconciler::sync_node`]).
@@ -83,8 +86,10 @@ impl Reconciler {
         ctx: ControllerContext,
         recorder: EventRecorder,
         metrics: CloudNodeMetrics,
+        reconcile_cloud_labels: bool,
     ) -> Self {
         Reconciler {
+            reconcile_cloud_labels,
             api: Api::all(ctx.client.clone()),
             recorder,
             metrics,
@@ -386,24 +391,28 @@ impl Reconciler {
         outcome
     }
 
-    /// The node's current addresses for the refresh: from its batch answer when there is one
+    /// The node's cloud answer for the refresh: from its batch answer when there is one
     /// (`None`: no batching), else, and when the batch left it unknown, a single lookup.
-    async fn addresses(
+    async fn refresh_answer(
         &self,
         node: &NodeView,
         batch_answer: Option<Lookup>,
-    ) -> Result<Vec<NodeAddress>, CloudError> {
+    ) -> Result<RefreshAnswer, CloudError> {
         match batch_answer.map(metadata_lookup) {
-            Some(MetadataLookup::Metadata(meta)) => Ok(meta.node_addresses),
+            Some(MetadataLookup::Metadata(meta)) => Ok(RefreshAnswer {
+                meta,
+                labels_known: true,
+            }),
             Some(MetadataLookup::Failed(error)) => Err(error),
             Some(MetadataLookup::AskSingle) | None => {
-                cloud::fetch_addresses(self.ctx.cloud.as_ref(), node).await
+                cloud::fetch_refresh(self.ctx.cloud.as_ref(), node).await
             }
         }
     }
 
     /// The periodic refresh of one initialised node's addresses (errors are logged, as in Go;
-    /// the next period tries again). `batch_answer` is the node's answer from the refresh's
+    /// the next period tries again) and, with `--reconcile-cloud-labels`, its labels, from the
+    /// same answer. `batch_answer` is the node's answer from the refresh's
     /// `describe_instances` calls, `None` when the provider does not batch.
     pub(crate) async fn refresh_addresses(&self, view: &NodeView, batch_answer: Option<Lookup>) {
         if view.has_taint(TAINT_UNINITIALIZED) {
@@ -411,7 +420,8 @@ impl Reconciler {
         }
         let started = Instant::now();
         let name = view.name();
-        let result = match self.addresses(view, batch_answer).await {
+        let answer = self.refresh_answer(view, batch_answer).await;
+        let result = match &answer {
             Err(error) => {
                 tracing::warn!(node = %name, %error, "failed to get node addresses from the cloud provider");
                 if error.retry_after().is_some() {
@@ -421,11 +431,12 @@ impl Reconciler {
                 }
             }
             // No addresses from the cloud: nothing to write (no copy of the Node needed).
-            Ok(cloud_addresses) if cloud_addresses.is_empty() => "success",
-            Ok(cloud_addresses) => {
+            Ok(answer) if answer.meta.node_addresses.is_empty() => "success",
+            Ok(answer) => {
+                let cloud_addresses = &answer.meta.node_addresses;
                 // The planner and the patch read the full Node: a copy of the cached view.
                 let node = view.to_node();
-                match plan::plan_address_refresh(&node, &cloud_addresses) {
+                match plan::plan_address_refresh(&node, cloud_addresses) {
                     Err(error) => {
                         tracing::warn!(node = %name, %error, "failed to update node addresses");
                         "error"
@@ -447,5 +458,61 @@ impl Reconciler {
         };
         self.metrics
             .reconciled("addresses", result, started.elapsed());
+        if let Ok(answer) = answer
+            && self.reconcile_cloud_labels
+            && answer.labels_known
+        {
+            self.reconcile_cloud_labels(view, &answer.meta).await;
+        }
+    }
+
+    /// Brings the Node's zone, region, instance type and additional labels in step with the
+    /// cloud's answer (`plan::plan_cloud_labels`): planned on the cached view (no copy, no
+    /// write when they agree), written with a guarded patch re-planned on conflict. One INFO
+    /// line per changed Node; each changed label counted.
+    async fn reconcile_cloud_labels(&self, view: &NodeView, meta: &InstanceMetadata) {
+        if plan::plan_cloud_labels(|k| view.label(k), meta).is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let name = view.name();
+        let mut changed = Vec::new();
+        let result = patch::patch_node_spec(&self.api, view.to_node(), |current| {
+            let update = plan::cloud_labels_update(current, meta);
+            changed = update
+                .labels
+                .iter()
+                .map(|(k, v)| {
+                    let old = crate::controllers::node::label(current, k).map(str::to_owned);
+                    (k.clone(), old, v.clone())
+                })
+                .collect();
+            Ok::<_, std::convert::Infallible>(update)
+        })
+        .await;
+        let result = match result {
+            Ok((_, true)) => {
+                let summary: Vec<String> = changed
+                    .iter()
+                    .map(|(k, old, new)| match old {
+                        Some(old) => format!("{k}: {old} -> {new}"),
+                        None => format!("{k}: (none) -> {new}"),
+                    })
+                    .collect();
+                tracing::info!(node = %name, labels = %summary.join(", "), "brought node labels in step with the cloud");
+                for (key, _, _) in &changed {
+                    self.metrics
+                        .cloud_label_updated(plan::cloud_label_metric_key(key));
+                }
+                "success"
+            }
+            Ok((_, false)) | Err(PatchError::NotFound) => "success",
+            Err(error) => {
+                tracing::warn!(node = %name, %error, "failed to bring node labels in step with the cloud");
+                "error"
+            }
+        };
+        self.metrics
+            .reconciled("cloud_labels", result, started.elapsed());
     }
 }

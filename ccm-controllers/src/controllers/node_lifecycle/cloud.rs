@@ -30,12 +30,15 @@ pub(super) async fn instance_exists(
     instances.instance_exists_by_provider_id(&id).await
 }
 
-/// Whether the instance is shut down (Go's `shutdownInCloudProvider`); `NotImplemented`, and an
-/// `InstanceNotFound` from the legacy provider-ID lookup, mean "not shut down".
-pub(super) async fn instance_shutdown(
+/// Whether the instance is shut down (Go's `shutdownInCloudProvider`; `NotImplemented`, and an
+/// `InstanceNotFound` from the legacy provider-ID lookup, mean "not shut down"), and whether
+/// the answer is the cloud's own: false when `Ok(false)` stands for `NotImplemented` or for
+/// the legacy provider-ID lookup's `InstanceNotFound` (Go's "not shut down", but no evidence
+/// that the instance runs: the out-of-service taint is never removed on it).
+pub(super) async fn instance_shutdown_known(
     cloud: &dyn CloudProvider,
     node: &NodeView,
-) -> Result<bool, CloudError> {
+) -> (Result<bool, CloudError>, bool) {
     let result = if let Some(v2) = cloud.instances_v2() {
         v2.instance_shutdown(node).await
     } else if let Some(instances) = cloud.instances() {
@@ -43,8 +46,8 @@ pub(super) async fn instance_shutdown(
         if id.is_empty() {
             id = match legacy_provider_id(cloud, instances, node.name()).await {
                 Ok(id) => id,
-                Err(CloudError::InstanceNotFound) => return Ok(false),
-                Err(e) => return Err(e),
+                Err(CloudError::InstanceNotFound) => return (Ok(false), false),
+                Err(e) => return (Err(e), true),
             };
         }
         instances.instance_shutdown_by_provider_id(&id).await
@@ -52,7 +55,7 @@ pub(super) async fn instance_shutdown(
         Err(CloudError::msg("cloud provider does not support instances"))
     };
     match result {
-        Err(CloudError::NotImplemented) => Ok(false),
-        other => other,
+        Err(CloudError::NotImplemented) => (Ok(false), false),
+        other => (other, true),
     }
 }

@@ -22,10 +22,17 @@
 //!   to `instance_exists_by_provider_id` (Go passes the bare instance ID); an empty instance ID
 //!   is an error, not "gone" (Go assumes the instance is gone); a node that has a providerID is
 //!   not looked up by name for the shutdown check (Go always is).
+//! - **Marks beyond Go, each off by default** (`marks.rs`, rules in `plan/marks.rs`): the
+//!   `CloudProviderInstanceNotFound` condition while a "gone" answer is held
+//!   ([`NodeLifecycleConfig::instance_not_found_condition`]), a mode that marks gone Nodes and
+//!   never deletes them ([`GoneNodeAction::Mark`]), and the
+//!   `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute` taint on a Node shut down and
+//!   NotReady for longer than [`NodeLifecycleConfig::out_of_service_after`].
 //! - Taint writes are guarded JSON patches re-planned from a fresh read on conflict, as in the
 //!   cloud-node controller.
 
 mod cloud;
+mod marks;
 mod metrics;
 pub(crate) mod plan;
 mod sync;
@@ -68,6 +75,31 @@ pub struct NodeLifecycleConfig {
     /// Nodes checked concurrently within one pass. Default [`DEFAULT_WORKERS`]; zero is an
     /// error.
     pub workers: usize,
+    /// `--node-instance-not-found-condition`: while a "gone" answer is held (the grace period
+    /// not over), the Node carries the condition `CloudProviderInstanceNotFound=True` (reason
+    /// `InstanceNotFound`), set back to `False` (reason `InstanceFound`) when the instance
+    /// exists again or the Node is Ready. Default off (Go shows nothing).
+    pub instance_not_found_condition: bool,
+    /// `--node-deletion-mode`: what a confirmed "gone" does. Default
+    /// [`GoneNodeAction::Delete`] (Go).
+    pub gone_nodes: GoneNodeAction,
+    /// `--node-out-of-service-after`: when set, a Node whose instance the cloud has reported
+    /// shut down for at least this long, and whose `Ready` condition has not been `True` for
+    /// as long, gets `node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`; it comes off
+    /// when the instance runs again or the Node is Ready. Default `None`: off (Go).
+    pub out_of_service_after: Option<Duration>,
+}
+
+/// What the controller does with a Node whose instance is confirmed gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GoneNodeAction {
+    /// Delete it (Go's behaviour, after the grace period here).
+    #[default]
+    Delete,
+    /// Never delete it: it carries the `CloudProviderInstanceNotFound` condition instead, for
+    /// operators who delete Nodes through their own tooling.
+    Mark,
 }
 
 impl Default for NodeLifecycleConfig {
@@ -76,6 +108,9 @@ impl Default for NodeLifecycleConfig {
             monitor_period: Duration::from_secs(5),
             deletion_grace_period: Duration::from_secs(30),
             workers: DEFAULT_WORKERS,
+            instance_not_found_condition: false,
+            gone_nodes: GoneNodeAction::Delete,
+            out_of_service_after: None,
         }
     }
 }
@@ -94,6 +129,12 @@ impl NodeLifecycleConfig {
                 controller: NAME,
                 message: "node lifecycle workers must be at least 1 (0 would never check a node)"
                     .into(),
+            });
+        }
+        if self.out_of_service_after.is_some_and(|d| d.is_zero()) {
+            return Err(ControllerError::Config {
+                controller: NAME,
+                message: "--node-out-of-service-after must be greater than 0 (leave it unset to turn the out-of-service taint off)".into(),
             });
         }
         Ok(())
@@ -129,6 +170,9 @@ pub async fn run(
         monitor_period = ?config.monitor_period,
         deletion_grace_period = ?config.deletion_grace_period,
         workers = config.workers,
+        instance_not_found_condition = config.instance_not_found_condition,
+        gone_nodes = ?config.gone_nodes,
+        out_of_service_after = ?config.out_of_service_after,
         "starting {NAME}"
     );
     let mut ticker = tokio::time::interval(config.monitor_period);

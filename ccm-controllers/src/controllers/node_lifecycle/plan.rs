@@ -15,10 +15,11 @@
 //! grace period apart deletes. Only an "exists" answer, the Node becoming Ready, or the Node
 //! being replaced (new UID) forgets a first "gone".
 
+pub(crate) mod marks;
+
 use ccm_core::well_known::TAINT_SHUTDOWN;
 use ccm_core::{Node, NodeView};
 
-use crate::controllers::node::taints;
 use k8s_openapi::api::core::v1::Taint;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -50,30 +51,6 @@ pub(crate) fn has_shutdown_taint(taints: &[Taint]) -> bool {
     taints
         .iter()
         .any(|t| t.key == TAINT_SHUTDOWN && t.effect == SHUTDOWN_EFFECT)
-}
-
-/// The taint list with the shutdown taint added, or `None` when it is already there.
-pub(crate) fn with_shutdown_taint(node: &Node) -> Option<Vec<Taint>> {
-    if has_shutdown_taint(taints(node)) {
-        return None;
-    }
-    let mut out = taints(node).to_vec();
-    out.push(shutdown_taint());
-    Some(out)
-}
-
-/// The taint list without the shutdown taint, or `None` when it is not there.
-pub(crate) fn without_shutdown_taint(node: &Node) -> Option<Vec<Taint>> {
-    if !has_shutdown_taint(taints(node)) {
-        return None;
-    }
-    Some(
-        taints(node)
-            .iter()
-            .filter(|t| !(t.key == TAINT_SHUTDOWN && t.effect == SHUTDOWN_EFFECT))
-            .cloned()
-            .collect(),
-    )
 }
 
 /// Stage 1, from the node alone.
@@ -169,6 +146,7 @@ pub(crate) fn plan_shutdown<E>(shutdown: &Result<bool, E>, node: &NodeView) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::node::taints;
     use ccm_core::ObjectMeta;
     use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
 
@@ -350,12 +328,21 @@ mod tests {
 
     #[test]
     fn taint_lists() {
+        use marks::{TaintIntent, taints_after};
+        let add = TaintIntent {
+            shutdown: Some(true),
+            out_of_service: None,
+        };
+        let remove = TaintIntent {
+            shutdown: Some(false),
+            out_of_service: None,
+        };
         let plain = node(Some("False"), &[("other", "NoSchedule")]);
-        let added = with_shutdown_taint(&plain).unwrap();
+        let added = taints_after(taints(&plain), add).unwrap();
         assert_eq!(added.len(), 2);
         assert_eq!(added[0].key, "other");
         assert_eq!(added[1], shutdown_taint());
-        assert_eq!(without_shutdown_taint(&plain), None);
+        assert_eq!(taints_after(taints(&plain), remove), None);
         let tainted = node(
             Some("True"),
             &[
@@ -364,8 +351,8 @@ mod tests {
                 (TAINT_SHUTDOWN, "NoExecute"),
             ],
         );
-        assert_eq!(with_shutdown_taint(&tainted), None);
-        let removed = without_shutdown_taint(&tainted).unwrap();
+        assert_eq!(taints_after(taints(&tainted), add), None);
+        let removed = taints_after(taints(&tainted), remove).unwrap();
         assert_eq!(
             removed
                 .iter()
@@ -373,12 +360,10 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("a", "NoSchedule"), (TAINT_SHUTDOWN, "NoExecute")]
         );
+        let only = node(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")]);
+        assert_eq!(taints_after(taints(&only), remove), Some(vec![]));
         assert_eq!(
-            without_shutdown_taint(&node(Some("True"), &[(TAINT_SHUTDOWN, "NoSchedule")])),
-            Some(vec![])
-        );
-        assert_eq!(
-            with_shutdown_taint(&node(None, &[])),
+            taints_after(taints(&node(None, &[])), add),
             Some(vec![shutdown_taint()])
         );
     }

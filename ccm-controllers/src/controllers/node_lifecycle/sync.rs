@@ -11,11 +11,14 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Preconditions};
 use tokio::time::Instant;
 
-use super::cloud::{instance_exists, instance_shutdown};
+use super::cloud::{instance_exists, instance_shutdown_known};
+use super::marks::{self, Marks};
 use super::metrics::LifecycleMetrics;
+use super::plan::marks::TaintIntent;
 use super::plan::{self, Answer, ExistsStep, ReadyStep};
 use super::{
-    EVENT_COMPONENT, NodeLifecycleConfig, REASON_DELETING_NODE, REASON_DELETING_NODE_FAILED,
+    EVENT_COMPONENT, GoneNodeAction, NodeLifecycleConfig, REASON_DELETING_NODE,
+    REASON_DELETING_NODE_FAILED,
 };
 use crate::controllers::node::instance_batch::{self, plan::lifecycle_lookup};
 use crate::controllers::node::patch::{self, PatchError};
@@ -32,6 +35,8 @@ pub(super) struct Reconciler {
     metrics: LifecycleMetrics,
     /// When each node's instance was first reported gone: name → (UID, when).
     first_gone: Mutex<HashMap<String, (String, Instant)>>,
+    /// The marks beyond Go (condition, out-of-service taint), each off unless turned on.
+    marks: Marks,
 }
 
 /// A Node's `instance_exists` and `instance_shutdown` answers read from a batch call.
@@ -47,8 +52,10 @@ fn uid(node: &NodeView) -> String {
 
 impl Reconciler {
     pub(super) fn new(ctx: ControllerContext, config: NodeLifecycleConfig) -> Self {
+        let api = Api::all(ctx.client.clone());
         Reconciler {
-            api: Api::all(ctx.client.clone()),
+            marks: Marks::new(api.clone(), &config),
+            api,
             recorder: ctx.recorder(EVENT_COMPONENT),
             metrics: LifecycleMetrics::register(&ctx.metrics),
             first_gone: Mutex::new(HashMap::new()),
@@ -70,6 +77,12 @@ impl Reconciler {
 
     fn forget(&self, node: &NodeView) {
         lock(&self.first_gone).remove(node.name());
+    }
+
+    /// Forgets the "gone" record and, the Node being Ready, its shutdown record.
+    fn forget_ready(&self, node: &NodeView) {
+        self.forget(node);
+        self.marks.forget(node.name());
     }
 
     /// One pass over every node in the cache, at most `workers` checks at a time.
@@ -94,6 +107,11 @@ impl Reconciler {
         let mut to_act = Vec::new();
         for node in &nodes {
             match self.plan_ready(node) {
+                // A Ready Node with a mark of ours to take off (`marks.rs`) is acted on.
+                ReadyStep::Nothing if self.marks.ready_has_marks(node) => {
+                    to_act.push((node.clone(), ReadyStep::Nothing));
+                    continue;
+                }
                 ReadyStep::Nothing => ready += 1,
                 ReadyStep::NoEvidence => no_evidence += 1,
                 step @ (ReadyStep::RemoveShutdownTaint | ReadyStep::CheckExists) => {
@@ -115,6 +133,17 @@ impl Reconciler {
                 for name in &settled {
                     first_gone.remove(*name);
                 }
+            }
+            if self.marks.has_records() {
+                for name in &settled {
+                    self.marks.forget(name);
+                }
+                let present: HashMap<&str, &str> = nodes
+                    .iter()
+                    .map(|n| (n.name(), n.uid().unwrap_or_default()))
+                    .collect();
+                self.marks
+                    .retain(|name, u| present.get(name).is_some_and(|p| *p == u));
             }
         }
         self.metrics.count_many("ready", ready);
@@ -171,12 +200,14 @@ impl Reconciler {
                 self.metrics.count("no_deletion_evidence");
             }
             ReadyStep::Nothing => {
-                self.forget(node);
+                self.forget_ready(node);
                 self.metrics.count("ready");
+                self.take_marks_off_ready(node).await;
             }
             ReadyStep::RemoveShutdownTaint => {
-                self.forget(node);
-                self.patch_taints(node, false).await;
+                self.forget_ready(node);
+                self.patch_taints(node, self.marks.ready_intent()).await;
+                self.marks.write_condition(node, false, &self.metrics).await;
             }
             ReadyStep::CheckExists => {
                 let (exists, batch_shutdown) = match batch_answer {
@@ -202,22 +233,35 @@ impl Reconciler {
                         );
                         lock(&self.first_gone).insert(name, (uid(node), Instant::now()));
                         self.metrics.count("gone_first");
+                        self.marks.write_condition(node, true, &self.metrics).await;
                     }
                     ExistsStep::AwaitConfirmation => {
-                        self.metrics.count("gone_awaiting_confirmation")
+                        self.metrics.count("gone_awaiting_confirmation");
+                        self.marks.write_condition(node, true, &self.metrics).await;
+                    }
+                    ExistsStep::Delete if self.config.gone_nodes == GoneNodeAction::Mark => {
+                        self.metrics.count("gone_marked");
+                        self.marks.write_condition(node, true, &self.metrics).await;
                     }
                     ExistsStep::Delete => self.delete(node).await,
                     ExistsStep::CheckShutdown => {
                         self.forget(node);
-                        let shutdown = match batch_shutdown {
-                            Some(shutdown) => shutdown,
-                            None => instance_shutdown(self.ctx.cloud.as_ref(), node).await,
+                        self.marks.write_condition(node, false, &self.metrics).await;
+                        let (shutdown, known) = match batch_shutdown {
+                            Some(shutdown) => (shutdown, true),
+                            None => instance_shutdown_known(self.ctx.cloud.as_ref(), node).await,
                         };
                         if let Err(error) = &shutdown {
                             tracing::warn!(node = %name, %error, "error checking if node is shutdown");
                         }
-                        if plan::plan_shutdown(&shutdown, node) {
-                            self.patch_taints(node, true).await;
+                        let intent = TaintIntent {
+                            shutdown: plan::plan_shutdown(&shutdown, node).then_some(true),
+                            out_of_service: self
+                                .marks
+                                .out_of_service_intent(node, &shutdown, known),
+                        };
+                        if !marks::taints_match(node, intent) {
+                            self.patch_taints(node, intent).await;
                         } else {
                             self.metrics
                                 .count(if shutdown.is_err() { "error" } else { "exists" });
@@ -228,18 +272,27 @@ impl Reconciler {
         }
     }
 
-    /// Adds (`add`) or removes the shutdown taint with a guarded patch, re-checking the
-    /// `Ready` condition on every fresh read.
-    async fn patch_taints(&self, node: &NodeView, add: bool) {
+    /// A Ready Node's marks of ours (`marks.rs`) come off: the out-of-service taint and a
+    /// `True` instance-not-found condition. Only reached when one is there.
+    async fn take_marks_off_ready(&self, node: &NodeView) {
+        if !self.marks.ready_has_marks(node) {
+            return;
+        }
+        let intent = self.marks.ready_intent();
+        if !marks::taints_match(node, intent) {
+            self.patch_taints(node, intent).await;
+        }
+        self.marks.write_condition(node, false, &self.metrics).await;
+    }
+
+    /// Adds or removes the shutdown taint (and, when turned on, the out-of-service taint)
+    /// as `intent` says, with a guarded patch, re-checking the `Ready` condition on every
+    /// fresh read (`marks::intent_for`).
+    async fn patch_taints(&self, node: &NodeView, intent: TaintIntent) {
         let name = node.name().to_owned();
         let result = patch::patch_node_spec(&self.api, node.to_node(), |current| {
-            let taints = match (add, plan::is_ready(current)) {
-                (true, false) => plan::with_shutdown_taint(current),
-                (false, true) => plan::without_shutdown_taint(current),
-                _ => None,
-            };
             Ok::<_, std::convert::Infallible>(SpecUpdate {
-                taints,
+                taints: marks::intent_for(current, intent),
                 ..Default::default()
             })
         })
@@ -247,17 +300,31 @@ impl Reconciler {
         match result {
             Ok((_, wrote)) => {
                 if wrote {
-                    tracing::info!(node = %name, add, "updated the shutdown taint");
+                    tracing::info!(
+                        node = %name,
+                        shutdown = ?intent.shutdown,
+                        out_of_service = ?intent.out_of_service,
+                        "updated the shutdown taint"
+                    );
                 }
-                self.metrics.count(if add {
-                    "shutdown_taint_added"
-                } else {
-                    "shutdown_taint_removed"
-                });
+                match intent.shutdown {
+                    Some(true) => self.metrics.count("shutdown_taint_added"),
+                    Some(false) => self.metrics.count("shutdown_taint_removed"),
+                    None => {}
+                }
+                if wrote {
+                    match intent.out_of_service {
+                        Some(true) => self.metrics.count("out_of_service_taint_added"),
+                        Some(false) if marks::has_out_of_service(node) => {
+                            self.metrics.count("out_of_service_taint_removed")
+                        }
+                        _ => {}
+                    }
+                }
             }
             Err(PatchError::NotFound) => {}
             Err(error) => {
-                tracing::warn!(node = %name, add, %error, "failed to update the shutdown taint");
+                tracing::warn!(node = %name, %error, "failed to update the shutdown taint");
                 self.metrics.count("error");
             }
         }

@@ -13,6 +13,7 @@
 //! log is checked on the in-process API server only.
 
 mod lease;
+mod node_marks;
 mod rbac;
 mod routes;
 

@@ -48,6 +48,56 @@ pub(super) async fn instance_metadata_stable(ctx: &mut Ctx<'_>) -> Step {
     Ok(())
 }
 
+pub(super) async fn instance_labels_valid(ctx: &mut Ctx<'_>) -> Step {
+    use crate::apiserver::validation::{label_value_errors, qualified_name_errors};
+    let v2 = ctx.v2().ok_or_else(|| {
+        not_offered("the provider offers no InstancesV2 (the legacy refresh reconciles no labels)")
+    })?;
+    for node in ctx.nodes()? {
+        let name = name_of(node);
+        let meta = ctx.metadata(v2, node).await?;
+        let mut problems = Vec::new();
+        for (what, value) in [
+            ("zone", &meta.zone),
+            ("region", &meta.region),
+            ("instance type", &meta.instance_type),
+        ] {
+            problems.extend(
+                label_value_errors(what, value)
+                    .into_iter()
+                    .map(|e| e.message),
+            );
+        }
+        for (key, value) in &meta.additional_labels {
+            let reserved = ["kubernetes.io/", "k8s.io/"].iter().any(|domain| {
+                key.match_indices(domain)
+                    .any(|(i, _)| i == 0 || key.as_bytes().get(i - 1) == Some(&b'.'))
+            });
+            if reserved {
+                problems.push(format!(
+                    "additional label {key:?}: in the kubernetes.io/k8s.io namespaces, which the framework never writes"
+                ));
+            }
+            problems.extend(
+                qualified_name_errors("additional label key", key)
+                    .into_iter()
+                    .chain(label_value_errors(
+                        &format!("additional label {key:?}"),
+                        value,
+                    ))
+                    .map(|e| e.message),
+            );
+        }
+        if !problems.is_empty() {
+            return Err(fail(
+                format!("labels from instance_metadata of node {name:?} that a Node can carry"),
+                problems.join("; "),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_provider_id(schemes: &[String], pid: &str, node: &str, source: &str) -> Step {
     let parsed: ProviderId = pid.parse().map_err(|e| {
         fail(

@@ -563,6 +563,7 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
             instances::instance_shutdown_consistent(ctx).await
         }
         Check::ZonesNonEmpty => instances::zones_non_empty(ctx).await,
+        Check::InstanceLabelsValid => instances::instance_labels_valid(ctx).await,
         Check::LegacyV1ConsistentWithV2 => instances::legacy_consistent(ctx).await,
         Check::LegacyInstanceIdNotFoundForUnknown => {
             instances::legacy_instance_id_not_found(ctx).await
