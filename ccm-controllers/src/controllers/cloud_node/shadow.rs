@@ -32,13 +32,14 @@ fn digest(node: &Node) -> u64 {
 impl Reconciler {
     /// Re-plans the initialisation of the initialised `node` and writes it (as a dry run),
     /// once per Node and state of the fields it sets.
-    pub(crate) async fn verify_initialized(&self, node: Node) {
+    /// An error means the Node could not be compared (its metadata could not be fetched).
+    pub(crate) async fn verify_initialized(&self, node: Node) -> Result<(), String> {
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let digest = digest(&node);
         {
             let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             if verified.get(&uid) == Some(&digest) {
-                return;
+                return Ok(());
             }
         }
         let name = node.metadata.name.clone().unwrap_or_default();
@@ -46,7 +47,7 @@ impl Reconciler {
             Ok(f) => f,
             Err(e) => {
                 tracing::debug!(node = %name, error = %e.source, "shadow: cannot re-plan the node's initialisation");
-                return;
+                return Err(format!("instance metadata: {}", e.source));
             }
         };
         let (meta, require) = (&fetched.meta, fetched.require_provider_id);
@@ -54,7 +55,7 @@ impl Reconciler {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!(node = %name, error = %e, "shadow: the node's initialisation would fail");
-                return;
+                return Ok(());
             }
         };
         if let Some(addresses) = &planned.addresses
@@ -75,5 +76,6 @@ impl Reconciler {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid, digest);
+        Ok(())
     }
 }
