@@ -6,7 +6,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use ccm_core::Node;
+use ccm_core::{CloudError, Node};
 
 use super::plan;
 use super::sync::Reconciler;
@@ -45,6 +45,16 @@ impl Reconciler {
         let name = node.metadata.name.clone().unwrap_or_default();
         let fetched = match self.fetch_metadata(&node).await {
             Ok(f) => f,
+            // The instance is gone: compared (the lifecycle controller reports the Node as a
+            // would-delete when it is NotReady); asking again would repeat the same answer.
+            Err(e) if matches!(e.source, CloudError::InstanceNotFound) => {
+                tracing::debug!(node = %name, "shadow: the node's instance is gone; nothing to re-plan");
+                self.verified
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(uid, digest);
+                return Ok(());
+            }
             Err(e) => {
                 tracing::debug!(node = %name, error = %e.source, "shadow: cannot re-plan the node's initialisation");
                 return Err(format!("instance metadata: {}", e.source));

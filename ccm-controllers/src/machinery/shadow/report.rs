@@ -14,7 +14,8 @@ use super::{Divergence, Shadow};
 pub(crate) struct Report {
     /// When the report was made (RFC 3339).
     pub generated: String,
-    /// The Nodes and Services the shadow's controllers compared.
+    /// The Nodes and Services the shadow's controllers compared (those in its informers, less
+    /// the foreign Nodes and the objects not compared).
     pub objects_compared: ObjectsCompared,
     /// Planned changes to objects the incumbent is still reconciling.
     pub pending: usize,
@@ -69,6 +70,11 @@ impl Shadow {
             })
             .collect();
         let not_compared = self.not_compared_objects();
+        let missing = |kind: &str| not_compared.iter().filter(|n| n.kind == kind).count();
+        let (nodes, services) = (
+            nodes.saturating_sub(missing("Node")),
+            services.saturating_sub(missing("Service")),
+        );
         Report {
             complete: not_compared.is_empty(),
             not_compared,

@@ -13,6 +13,7 @@
 //! log is checked on the in-process API server only.
 
 mod lease;
+mod one_shot;
 mod rbac;
 mod routes;
 
