@@ -128,6 +128,14 @@ pub(crate) struct Cli {
     /// does; off otherwise: at 100,000 Nodes the bodies alone took gigabytes of the harness).
     #[arg(long)]
     pub(crate) record_bodies: bool,
+    /// shadow: this many Nodes NotReady with their instances gone from the cloud, and the
+    /// shadow run as a one-shot (`--shadow-report`) instead of a long-running `--shadow`
+    /// (default 0: long-running).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) would_deletes: usize,
+    /// shadow with --would-deletes: the one-shot's `--shadow-duration` in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub(crate) shadow_duration: f64,
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     pub(crate) ccm_args: Vec<String>,
@@ -169,6 +177,8 @@ pub(crate) struct Opts {
     pub(crate) images: usize,
     pub(crate) record_bodies: bool,
     pub(crate) lease_duration: u64,
+    pub(crate) would_deletes: usize,
+    pub(crate) shadow_duration: Duration,
 }
 
 impl Opts {
@@ -214,6 +224,8 @@ impl Opts {
             images: c.images,
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
+            would_deletes: c.would_deletes,
+            shadow_duration: Duration::from_secs_f64(c.shadow_duration),
         }
     }
 
@@ -240,6 +252,13 @@ impl Opts {
             Scenario::Steady | Scenario::Shadow => {
                 m.insert("services".into(), json!(self.services));
                 m.insert("settle_s".into(), json!(self.settle));
+                if self.scenario == Scenario::Shadow && self.would_deletes > 0 {
+                    m.insert("would_deletes".into(), json!(self.would_deletes));
+                    m.insert(
+                        "shadow_duration_s".into(),
+                        json!(self.shadow_duration.as_secs_f64()),
+                    );
+                }
                 if self.scenario == Scenario::Steady && self.settle_timeout != self.timeout {
                     m.insert(
                         "settle_timeout_s".into(),
