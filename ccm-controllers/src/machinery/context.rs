@@ -17,6 +17,7 @@ use crate::machinery::informer::{self, Informer};
 use crate::machinery::label_selector::ManagedNodeSelector;
 use crate::machinery::metrics::{MetricsRegistry, WorkQueueMetrics};
 use crate::machinery::ownership::Ownership;
+use crate::machinery::shadow::Shadow;
 use crate::machinery::workqueue::{Activity, Backoff, WorkQueue};
 use crate::runtime::client::{ClientError, ClientFactory};
 
@@ -59,8 +60,9 @@ pub struct ControllerContext {
     /// The client this controller's Events are written with (`None`: the Event writer's).
     event_client: Option<Client>,
     /// Shadow mode (`machinery/shadow`): the controllers also plan for objects they would
-    /// normally leave alone, so the guards can compare.
-    shadow: bool,
+    /// normally leave alone, so the guards can compare; they tell the recorder which objects
+    /// they compared and which would-deletes it already holds.
+    shadow: Option<Arc<Shadow>>,
     /// Which Nodes are ours (`machinery/ownership.rs`), shared by every clone.
     ownership: Arc<Ownership>,
 }
@@ -177,7 +179,7 @@ impl ControllerContext {
             queue_backoff: None,
             clients: params.clients,
             event_client: None,
-            shadow: false,
+            shadow: None,
             ownership,
         }
     }
@@ -309,10 +311,16 @@ impl ControllerContext {
         self
     }
 
-    /// This context as a shadow's (`--shadow`): see [`ControllerContext::is_shadow`].
-    pub(crate) fn into_shadow(mut self) -> Self {
-        self.shadow = true;
+    /// This context as a shadow's (`--shadow`), reporting to `shadow`: see
+    /// [`ControllerContext::is_shadow`].
+    pub(crate) fn into_shadow(mut self, shadow: Arc<Shadow>) -> Self {
+        self.shadow = Some(shadow);
         self
+    }
+
+    /// The shadow's recorder, in shadow mode.
+    pub(crate) fn shadow(&self) -> Option<&Arc<Shadow>> {
+        self.shadow.as_ref()
     }
 
     /// Whether the process runs in shadow mode: its writes are dry runs and its mutating
@@ -320,6 +328,6 @@ impl ControllerContext {
     /// leave alone (the cloud-node controller re-plans the initialisation of initialised
     /// Nodes) to have them compared.
     pub(crate) fn is_shadow(&self) -> bool {
-        self.shadow
+        self.shadow.is_some()
     }
 }

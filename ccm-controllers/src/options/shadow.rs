@@ -23,14 +23,21 @@ pub struct ShadowArgs {
     /// `--cloud-api-qps` defaults to 5 in this mode.
     #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub shadow: bool,
-    /// One-shot shadow: run for `--shadow-duration` (and until every object was compared once),
-    /// write the report (JSON) to this file and a summary to stdout, and exit 0 when there is
-    /// no divergence, 3 when there is. Implies `--shadow`.
+    /// One-shot shadow: run for `--shadow-duration` (and until every object was compared once,
+    /// at most `--shadow-settle-time` longer), write the report (JSON) to this file and a
+    /// summary to stdout, and exit 0 when every object was compared and there is no
+    /// divergence, 3 when there are divergences, 4 when there is none but some objects could
+    /// not be compared in time (the report lists them). Implies `--shadow`.
     #[arg(long, value_parser = crate::options::parse_path, value_name = "FILE")]
     pub shadow_report: Option<PathBuf>,
     /// How long the one-shot shadow runs at least, counted from the start of the controllers.
     #[arg(long, default_value = "2m0s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub shadow_duration: Duration,
+    /// How much longer than `--shadow-duration` the one-shot shadow waits for the objects not
+    /// compared yet (and the controllers' queues to go idle); then it ends whatever is still
+    /// queued or in flight, and the report lists what was not compared.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub shadow_settle_time: Duration,
     /// How long a planned change to an object the incumbent is still reconciling (an
     /// uninitialised Node, a LoadBalancer Service without its finalizer, a route) stays
     /// "pending" before it counts as a divergence.

@@ -206,15 +206,15 @@ impl LeadEnv {
             &mut informers,
         );
         let ctx = ctx.with_managed_node_selector(self.options.cloud.managed_node_selector.clone());
-        let ctx = if self.shadow.is_some() {
-            ctx.into_shadow()
-        } else {
-            ctx
+        let ctx = match &self.shadow {
+            Some(shadow) => ctx.into_shadow(shadow.clone()),
+            None => ctx,
         };
         super::shadow::spawn(
             self.shadow.as_ref(),
             &self.options,
             &ctx,
+            &self.budgeted,
             shutdown,
             &mut informers,
         );

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ccm_core::NodeView;
 use ccm_core::well_known::TAINT_UNINITIALIZED;
 use futures::StreamExt;
 use tokio::time::MissedTickBehavior;
@@ -196,10 +197,14 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
                 };
                 match change {
                     None => break,
-                    Some(Change::Applied { new, .. }) => queue.add(new.name().to_owned()),
+                    Some(Change::Applied { new, .. }) => {
+                        expect_comparison(&ctx, &new);
+                        queue.add(new.name().to_owned());
+                    }
                     Some(Change::Deleted(node)) => shared.forget(node.name()),
                     Some(Change::Resync) => {
                         for node in ctx.nodes.list() {
+                            expect_comparison(&ctx, &node);
                             queue.add(node.name().to_owned());
                         }
                     }
@@ -309,4 +314,13 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
     let _ = refresher.await;
     tracing::info!("{NAME} stopped");
     Ok(())
+}
+
+/// Shadow mode: `node`, one of ours, is queued to be compared (`machinery/shadow/progress.rs`).
+fn expect_comparison(ctx: &ControllerContext, node: &NodeView) {
+    if let Some(shadow) = ctx.shadow()
+        && ctx.ownership().owns(node)
+    {
+        shadow.expect("Node", node.name());
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use ccm_core::Node;
+use ccm_core::{CloudError, Node};
 
 use super::plan;
 use super::sync::Reconciler;
@@ -32,21 +32,32 @@ fn digest(node: &Node) -> u64 {
 impl Reconciler {
     /// Re-plans the initialisation of the initialised `node` and writes it (as a dry run),
     /// once per Node and state of the fields it sets.
-    pub(crate) async fn verify_initialized(&self, node: Node) {
+    /// An error means the Node could not be compared (its metadata could not be fetched).
+    pub(crate) async fn verify_initialized(&self, node: Node) -> Result<(), String> {
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let digest = digest(&node);
         {
             let verified = self.verified.lock().unwrap_or_else(|e| e.into_inner());
             if verified.get(&uid) == Some(&digest) {
-                return;
+                return Ok(());
             }
         }
         let name = node.metadata.name.clone().unwrap_or_default();
         let fetched = match self.fetch_metadata(&node).await {
             Ok(f) => f,
+            // The instance is gone: compared (the lifecycle controller reports the Node as a
+            // would-delete when it is NotReady); asking again would repeat the same answer.
+            Err(e) if matches!(e.source, CloudError::InstanceNotFound) => {
+                tracing::debug!(node = %name, "shadow: the node's instance is gone; nothing to re-plan");
+                self.verified
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(uid, digest);
+                return Ok(());
+            }
             Err(e) => {
                 tracing::debug!(node = %name, error = %e.source, "shadow: cannot re-plan the node's initialisation");
-                return;
+                return Err(format!("instance metadata: {}", e.source));
             }
         };
         let (meta, require) = (&fetched.meta, fetched.require_provider_id);
@@ -54,7 +65,7 @@ impl Reconciler {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!(node = %name, error = %e, "shadow: the node's initialisation would fail");
-                return;
+                return Ok(());
             }
         };
         if let Some(addresses) = &planned.addresses
@@ -75,5 +86,6 @@ impl Reconciler {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid, digest);
+        Ok(())
     }
 }

@@ -171,11 +171,31 @@ impl Reconciler {
                     None => {}
                 }
             }
-            self.initialize(node).await
-        } else if self.ctx.is_shadow() {
-            let outcome = self.reconcile_labels(node.clone()).await;
-            self.verify_initialized(node).await;
+            let outcome = self.initialize(node).await;
+            if let Some(shadow) = self.ctx.shadow() {
+                match outcome {
+                    Outcome::Done => shadow.compared("Node", &name),
+                    _ => shadow.not_compared(
+                        "Node",
+                        &name,
+                        "the initialisation did not complete (see the log)",
+                    ),
+                }
+            }
             outcome
+        } else if let Some(shadow) = self.ctx.shadow() {
+            let outcome = self.reconcile_labels(node.clone()).await;
+            match self.verify_initialized(node).await {
+                Ok(()) => {
+                    shadow.compared("Node", &name);
+                    outcome
+                }
+                // Not compared: retried with backoff, listed in the one-shot report meanwhile.
+                Err(error) => {
+                    shadow.not_compared("Node", &name, error);
+                    Outcome::Failed
+                }
+            }
         } else {
             self.reconcile_labels(node).await
         }
@@ -420,6 +440,11 @@ impl Reconciler {
         }
         let started = Instant::now();
         let name = view.name();
+        // Shadow mode: the lifecycle controller would delete this Node (its instance is gone)
+        // and re-examines it; asking the cloud for its addresses would only repeat that.
+        if self.ctx.shadow().is_some_and(|s| s.would_delete(name)) {
+            return;
+        }
         let answer = self.refresh_answer(view, batch_answer).await;
         let result = match &answer {
             Err(error) => {

@@ -26,7 +26,7 @@ impl LifecycleMetrics {
         };
         registry.register(
             "node_lifecycle_controller_checks",
-            "Node checks of the cloud-node-lifecycle controller by outcome (ready, shutdown_taint_removed, exists, shutdown_taint_added, gone_first, gone_awaiting_confirmation, deleted, delete_failed, no_deletion_evidence, error).",
+            "Node checks of the cloud-node-lifecycle controller by outcome (ready, shutdown_taint_removed, exists, shutdown_taint_added, gone_first, gone_awaiting_confirmation, deleted, delete_failed, no_deletion_evidence, error; in shadow mode would_delete, and would_delete_held for a would-delete not checked again).",
             m.checks.clone(),
         );
         registry.register(

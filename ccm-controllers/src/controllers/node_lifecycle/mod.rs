@@ -30,11 +30,14 @@
 //!   NotReady for longer than [`NodeLifecycleConfig::out_of_service_after`].
 //! - Taint writes are guarded JSON patches re-planned from a fresh read on conflict, as in the
 //!   cloud-node controller.
+//! - **Shadow mode**: a Node it would delete is held, not checked again until it changes or
+//!   60 monitor periods pass (`shadow.rs`); its log lines say "would delete node (shadow)".
 
 mod cloud;
 mod marks;
 mod metrics;
 pub(crate) mod plan;
+mod shadow;
 mod sync;
 
 use std::sync::Arc;

@@ -16,6 +16,7 @@ use super::marks::{self, Marks};
 use super::metrics::LifecycleMetrics;
 use super::plan::marks::TaintIntent;
 use super::plan::{self, Answer, ExistsStep, ReadyStep};
+use super::shadow::Held;
 use super::{
     EVENT_COMPONENT, GoneNodeAction, NodeLifecycleConfig, REASON_DELETING_NODE,
     REASON_DELETING_NODE_FAILED,
@@ -37,6 +38,9 @@ pub(super) struct Reconciler {
     first_gone: Mutex<HashMap<String, (String, Instant)>>,
     /// The marks beyond Go (condition, out-of-service taint), each off unless turned on.
     marks: Marks,
+    /// Shadow mode: the Nodes it would have deleted, not checked again while held
+    /// (`shadow.rs`).
+    held: Mutex<HashMap<String, Held>>,
 }
 
 /// A Node's `instance_exists` and `instance_shutdown` answers read from a batch call.
@@ -59,6 +63,7 @@ impl Reconciler {
             recorder: ctx.recorder(EVENT_COMPONENT),
             metrics: LifecycleMetrics::register(&ctx.metrics),
             first_gone: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             config,
             ctx,
         }
@@ -77,6 +82,14 @@ impl Reconciler {
 
     fn forget(&self, node: &NodeView) {
         lock(&self.first_gone).remove(node.name());
+        lock(&self.held).remove(node.name());
+    }
+
+    /// Shadow mode: whether `node` is a would-delete still held (not checked this pass).
+    fn is_held(&self, node: &NodeView, now: Instant) -> bool {
+        lock(&self.held)
+            .get(node.name())
+            .is_some_and(|h| h.holds(node, now, self.config.monitor_period))
     }
 
     /// Forgets the "gone" record and, the Node being Ready, its shutdown record.
@@ -102,9 +115,10 @@ impl Reconciler {
         // of a healthy cluster) are settled here in one synchronous sweep, counted once per
         // outcome; only the rest become a future each (one future per Ready Node was a
         // quarter of the idle CPU at 100,000 Nodes, most of it moving futures in memory).
-        let (mut ready, mut no_evidence) = (0u64, 0u64);
+        let (mut ready, mut no_evidence, mut held) = (0u64, 0u64, 0u64);
         let mut settled = Vec::new();
         let mut to_act = Vec::new();
+        let now = Instant::now();
         for node in &nodes {
             match self.plan_ready(node) {
                 // A Ready Node with a mark of ours to take off (`marks.rs`) is acted on.
@@ -114,6 +128,11 @@ impl Reconciler {
                 }
                 ReadyStep::Nothing => ready += 1,
                 ReadyStep::NoEvidence => no_evidence += 1,
+                // Shadow mode: a would-delete is not asked about again while held.
+                ReadyStep::CheckExists if self.is_held(node, now) => {
+                    held += 1;
+                    continue;
+                }
                 step @ (ReadyStep::RemoveShutdownTaint | ReadyStep::CheckExists) => {
                     to_act.push((node.clone(), step));
                     continue;
@@ -126,12 +145,15 @@ impl Reconciler {
             // ones. The map of every Node's name and UID is built only when there is a record
             // to check (none in a healthy cluster: 2.8 MB a pass at 20,000 Nodes otherwise).
             let mut first_gone = lock(&self.first_gone);
-            if !first_gone.is_empty() {
+            let mut held = lock(&self.held);
+            if !first_gone.is_empty() || !held.is_empty() {
                 let present: HashMap<&str, String> =
                     nodes.iter().map(|n| (n.name(), uid(n))).collect();
                 first_gone.retain(|name, (u, _)| present.get(name.as_str()) == Some(u));
+                held.retain(|name, _| present.contains_key(name.as_str()));
                 for name in &settled {
                     first_gone.remove(*name);
+                    held.remove(*name);
                 }
             }
             if self.marks.has_records() {
@@ -148,6 +170,7 @@ impl Reconciler {
         }
         self.metrics.count_many("ready", ready);
         self.metrics.count_many("no_deletion_evidence", no_evidence);
+        self.metrics.count_many("would_delete_held", held);
         // With a batching provider, the Nodes to check are asked in `describe_instances`
         // calls of up to `max_batch_size` Nodes (existence and shutdown in one answer). A
         // whole-call Retry is not retried within the pass: every Node of that call is skipped
@@ -226,11 +249,19 @@ impl Reconciler {
                 match step {
                     ExistsStep::Skip => self.metrics.count("error"),
                     ExistsStep::RecordFirstGone => {
-                        tracing::info!(
-                            node = %name,
-                            grace_period = ?self.config.deletion_grace_period,
-                            "cloud provider reports the node's instance gone; deleting the node if confirmed after the grace period"
-                        );
+                        if self.ctx.is_shadow() {
+                            tracing::info!(
+                                node = %name,
+                                grace_period = ?self.config.deletion_grace_period,
+                                "cloud provider reports the node's instance gone; would delete the node (shadow) if confirmed after the grace period"
+                            );
+                        } else {
+                            tracing::info!(
+                                node = %name,
+                                grace_period = ?self.config.deletion_grace_period,
+                                "cloud provider reports the node's instance gone; deleting the node if confirmed after the grace period"
+                            );
+                        }
                         lock(&self.first_gone).insert(name, (uid(node), Instant::now()));
                         self.metrics.count("gone_first");
                         self.marks.write_condition(node, true, &self.metrics).await;
@@ -247,7 +278,13 @@ impl Reconciler {
                     ExistsStep::CheckShutdown => {
                         self.forget(node);
                         self.marks.write_condition(node, false, &self.metrics).await;
-                        let (shutdown, known) = match batch_shutdown {
+                        // Shadow mode: the cloud knows the instance again.
+                        if let Some(shadow) = self.ctx.shadow()
+                            && shadow.would_delete(&name)
+                        {
+                            shadow.instance_known(&name);
+                        }
+                                                let (shutdown, known) = match batch_shutdown {
                             Some(shutdown) => (shutdown, true),
                             None => instance_shutdown_known(self.ctx.cloud.as_ref(), node).await,
                         };
@@ -330,6 +367,13 @@ impl Reconciler {
         }
     }
 
+    /// Shadow mode: `Some(true)` for a Node's first would-delete, `Some(false)` for a
+    /// re-examination of a held one; `None` outside shadow mode.
+    fn would_delete(&self, node: &NodeView) -> Option<bool> {
+        let shadow = self.ctx.shadow()?;
+        Some(!lock(&self.held).contains_key(node.name()) && !shadow.would_delete(node.name()))
+    }
+
     /// Deletes a node whose instance is gone: `DeletingNode` event, then a delete guarded by
     /// the node's UID; `DeletingNodeFailed` when the API refuses.
     async fn delete(&self, view: &NodeView) {
@@ -340,7 +384,15 @@ impl Reconciler {
             self.metrics.count("error");
             return;
         };
-        tracing::info!(node = %name, "deleting node since it is no longer present in cloud provider");
+        if let Some(first) = self.would_delete(view) {
+            if first {
+                tracing::info!(node = %name, "would delete node (shadow): its instance is no longer present in cloud provider");
+            } else {
+                tracing::debug!(node = %name, "would still delete node (shadow) on re-examination");
+            }
+        } else {
+            tracing::info!(node = %name, "deleting node since it is no longer present in cloud provider");
+        }
         self.recorder.normal(
             node,
             REASON_DELETING_NODE,
@@ -354,6 +406,11 @@ impl Reconciler {
             ..Default::default()
         };
         match self.api.delete(&name, &params).await {
+            // Shadow mode: a dry run; the Node stays, held until it changes (`shadow.rs`).
+            Ok(_) if self.ctx.is_shadow() => {
+                lock(&self.held).insert(name, Held::new(view, Instant::now()));
+                self.metrics.count("would_delete");
+            }
             Ok(_) => {
                 self.forget(view);
                 self.metrics.count("deleted");

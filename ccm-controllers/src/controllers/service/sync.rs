@@ -180,6 +180,7 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<S
         match change {
             Change::Applied { old: None, new } => {
                 if plan::should_enqueue_add(&new, &shared.classes) {
+                    shared.expect_comparison(&new);
                     shared.queue.add(key_of(&new));
                 }
             }
@@ -205,6 +206,7 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<S
             Change::Resync => {
                 for service in shared.ctx.services.list() {
                     if plan::should_enqueue_add(&service, &shared.classes) {
+                        shared.expect_comparison(&service);
                         shared.queue.add(key_of(&service));
                     }
                 }
@@ -217,6 +219,13 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<S
 }
 
 impl Reconciler {
+    /// Shadow mode: `service` is queued to be compared (`machinery/shadow/progress.rs`).
+    fn expect_comparison(&self, service: &Service) {
+        if let Some(shadow) = self.ctx.shadow() {
+            shadow.expect("Service", &key_of(service));
+        }
+    }
+
     /// The provider's implementation for its declared `provider_class`.
     fn lb_for(&self, provider_class: Option<&str>) -> Option<&dyn LoadBalancer> {
         self.ctx.cloud.load_balancer_for_class(provider_class)
@@ -300,6 +309,17 @@ impl Reconciler {
         };
         drop(entry);
         self.release(&key);
+        if let Some(shadow) = self.ctx.shadow() {
+            match &result {
+                Ok(()) => shadow.compared("Service", &key),
+                Err(Step::Gone) => shadow.forget_object("Service", &key),
+                Err(_) => shadow.not_compared(
+                    "Service",
+                    &key,
+                    "the load-balancer comparison did not complete (see the log)",
+                ),
+            }
+        }
         match result {
             Ok(()) | Err(Step::Gone) => Outcome::Done,
             Err(Step::Retry(after)) => {

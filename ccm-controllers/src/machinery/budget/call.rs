@@ -58,6 +58,11 @@ impl Drop for InFlight<'_> {
 }
 
 impl Budget {
+    /// Calls waiting for the budget now (lanes, token bucket, pacer).
+    pub(super) fn waiting(&self) -> usize {
+        self.lanes.waiting()
+    }
+
     pub(super) fn new(config: &BudgetConfig, metrics: &MetricsRegistry) -> Self {
         let requests = Family::<CallLabels, Counter>::default();
         let durations = Family::<OperationLabel, Histogram>::new_with_constructor(|| {

@@ -76,6 +76,11 @@ impl Lanes {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Calls waiting to be admitted now, in every lane (for a token, a slot, a higher lane).
+    pub(super) fn waiting(&self) -> usize {
+        self.counts().iter().sum()
+    }
+
     /// Runs `admission` (the wait for a token and the operation's slot) once no call of a
     /// higher lane waits for its own.
     pub(super) async fn admit<F: Future>(&self, lane: Lane, admission: F) -> F::Output {

@@ -141,6 +141,11 @@ impl BudgetedProvider {
         *self.budget.in_flight.borrow()
     }
 
+    /// Cloud calls waiting for the budget now (not sent yet): the budget is saturated.
+    pub(crate) fn waiting_for_budget(&self) -> usize {
+        self.budget.waiting()
+    }
+
     /// Waits until no cloud call is in flight, or `deadline` passes. True if idle.
     pub async fn wait_idle(&self, deadline: Duration) -> bool {
         let mut rx = self.budget.in_flight.subscribe();

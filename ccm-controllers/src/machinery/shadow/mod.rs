@@ -27,6 +27,7 @@
 mod cloud_guard;
 mod dry_run;
 pub(crate) mod fields;
+pub(crate) mod progress;
 mod recorder;
 pub(crate) mod report;
 mod watch;
@@ -197,6 +198,8 @@ struct State {
     pending: HashMap<Key, (Planned, Instant)>,
     /// When each pending object (`kind/object`) was first seen pending.
     pending_since: HashMap<(String, String), Instant>,
+    /// The Nodes with a would-delete divergence, with how many controllers report it.
+    would_delete: HashMap<String, usize>,
 }
 
 /// The shadow mode's shared state: the recorder of divergences, its metrics and settings.
@@ -215,6 +218,10 @@ pub(crate) struct Shadow {
     ownership: OnceLock<Arc<Ownership>>,
     /// A dry-run delete was forbidden (logged once).
     delete_forbidden: std::sync::atomic::AtomicBool,
+    /// What the controllers compared, object by object (`progress.rs`).
+    progress: Mutex<progress::ProgressMap>,
+    /// Set when a one-shot run ended before everything was compared.
+    cutoff: OnceLock<progress::Cutoff>,
 }
 
 impl std::fmt::Debug for Shadow {
@@ -236,6 +243,8 @@ impl Shadow {
             hosts_unknown: std::sync::atomic::AtomicBool::new(false),
             ownership: OnceLock::new(),
             delete_forbidden: std::sync::atomic::AtomicBool::new(false),
+            progress: Mutex::new(HashMap::new()),
+            cutoff: OnceLock::new(),
         })
     }
 
@@ -255,6 +264,12 @@ impl Shadow {
             ))
         });
         all
+    }
+
+    /// Whether `node` has a current would-delete divergence (`(node deleted)`): the
+    /// lifecycle controller found its instance gone and holds it until the Node changes.
+    pub(crate) fn would_delete(&self, node: &str) -> bool {
+        self.lock().would_delete.contains_key(node)
     }
 
     /// The number of planned changes still pending.

@@ -33,6 +33,11 @@ enum Removal {
     Folded,
 }
 
+/// A "would delete Node" divergence.
+fn is_would_delete(d: &Divergence) -> bool {
+    d.kind == "Node" && d.field == super::fields::FIELD_NODE_DELETED
+}
+
 /// Now, in RFC 3339.
 fn now_rfc3339() -> String {
     jiff::Timestamp::now().to_string()
@@ -102,6 +107,9 @@ impl Shadow {
             ours = %d.ours,
             "shadow: new divergence"
         );
+        if is_would_delete(&d) {
+            *state.would_delete.entry(d.object.clone()).or_default() += 1;
+        }
         let l = labels(&d.controller, &d.kind);
         self.metrics.current.get_or_create(&l).inc();
         self.metrics.seen.get_or_create(&l).inc();
@@ -139,6 +147,14 @@ impl Shadow {
     /// Removes the divergence `k`, if there is one, logging why.
     fn remove(&self, state: &mut State, k: &Key, why: Removal) {
         if let Some(d) = state.divergences.remove(k) {
+            if is_would_delete(&d)
+                && let Some(n) = state.would_delete.get_mut(&d.object)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    state.would_delete.remove(&d.object);
+                }
+            }
             match why {
                 Removal::Resolved => tracing::info!(
                     controller = %d.controller,
@@ -167,6 +183,14 @@ impl Shadow {
     pub(crate) fn resolve(&self, controller: &str, kind: &str, object: &str, field: &str) {
         self.resolve_where(kind, object, |d| {
             d.controller == controller && d.field == field
+        });
+    }
+
+    /// The cloud knows the instance of `node` again: its would-delete divergence, if any, no
+    /// longer holds.
+    pub(crate) fn instance_known(&self, node: &str) {
+        self.resolve_where("Node", node, |d| {
+            d.field == super::fields::FIELD_NODE_DELETED
         });
     }
 

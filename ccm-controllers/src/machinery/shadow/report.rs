@@ -5,6 +5,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use super::progress::NotCompared;
 use super::{Divergence, Shadow};
 
 /// The report: what `GET /shadow/divergences` answers and `--shadow-report` writes.
@@ -13,10 +14,17 @@ use super::{Divergence, Shadow};
 pub(crate) struct Report {
     /// When the report was made (RFC 3339).
     pub generated: String,
-    /// The Nodes and Services the shadow's controllers compared.
+    /// The Nodes and Services the shadow's controllers compared (those in its informers, less
+    /// the foreign Nodes and the objects not compared).
     pub objects_compared: ObjectsCompared,
     /// Planned changes to objects the incumbent is still reconciling.
     pub pending: usize,
+    /// Every object the controllers queued was compared (a one-shot run cut off by
+    /// `--shadow-settle-time` with objects not compared is not complete: exit code 4).
+    pub complete: bool,
+    /// The objects queued and not compared yet, sorted by kind and object, each with the
+    /// reason (`cloud error` with the error, `budget saturated`, `still pending`).
+    pub not_compared: Vec<NotCompared>,
     /// The current divergences, sorted by kind, object and field.
     pub divergences: Vec<Divergence>,
     /// The Nodes left to another cloud-controller-manager (their provider ID names another
@@ -61,7 +69,15 @@ impl Shadow {
                 reason: why.to_string(),
             })
             .collect();
+        let not_compared = self.not_compared_objects();
+        let missing = |kind: &str| not_compared.iter().filter(|n| n.kind == kind).count();
+        let (nodes, services) = (
+            nodes.saturating_sub(missing("Node")),
+            services.saturating_sub(missing("Service")),
+        );
         Report {
+            complete: not_compared.is_empty(),
+            not_compared,
             generated: jiff::Timestamp::now().to_string(),
             objects_compared: ObjectsCompared {
                 nodes: nodes.saturating_sub(foreign_nodes.len()),
@@ -85,6 +101,21 @@ impl Report {
             self.divergences.len(),
             self.pending
         )?;
+        if !self.complete {
+            writeln!(
+                out,
+                "  INCOMPLETE: {} object(s) not compared:",
+                self.not_compared.len()
+            )?;
+            for n in &self.not_compared {
+                let error = n
+                    .error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default();
+                writeln!(out, "    {} {} ({}{error})", n.kind, n.object, n.reason)?;
+            }
+        }
         if !self.foreign_nodes.is_empty() {
             writeln!(
                 out,
@@ -126,6 +157,13 @@ mod tests {
                 services: 1,
             },
             pending: 0,
+            complete: false,
+            not_compared: vec![NotCompared {
+                kind: "Service".into(),
+                object: "ns/web".into(),
+                reason: "cloud error".into(),
+                error: Some("quota".into()),
+            }],
             divergences: vec![Divergence {
                 controller: "node-controller".into(),
                 kind: "Node".into(),
@@ -151,6 +189,12 @@ mod tests {
         assert!(
             text.contains(
                 "Node n1 metadata.labels[topology.kubernetes.io/zone] (also metadata.labels[failure-domain.beta.kubernetes.io/zone]): incumbent \"a\" / ours \"b\""
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "INCOMPLETE: 1 object(s) not compared:\n    Service ns/web (cloud error: quota)"
             ),
             "{text}"
         );

@@ -82,6 +82,7 @@ impl Shadow {
                 let name = old.name().to_owned();
                 self.resolve_where("Node", &name, |_| true);
                 self.settled("Node", &name);
+                self.forget_object("Node", &name);
             }
             Change::Resync => {}
         }
@@ -103,6 +104,7 @@ impl Shadow {
                 let object = service_object(&old);
                 self.resolve_where("Service", &object, |_| true);
                 self.settled("Service", &object);
+                self.forget_object("Service", &object);
             }
             Change::Resync => {}
         }

@@ -14,6 +14,7 @@
 
 mod lease;
 mod node_marks;
+mod one_shot;
 mod rbac;
 mod routes;
 

@@ -440,6 +440,15 @@ impl Ccm {
         }
     }
 
+    /// Waits up to `timeout` for the process to exit by itself; its exit code, `None` when
+    /// it still runs (or was killed by a signal).
+    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        match tokio::time::timeout(timeout, self.child.wait()).await {
+            Ok(Ok(status)) => status.code(),
+            _ => None,
+        }
+    }
+
     /// SIGTERM, then up to 30 s for a graceful exit.
     pub(crate) async fn stop(mut self) {
         self.terminate();

@@ -133,6 +133,14 @@ pub(crate) struct Cli {
     /// times with and without it and their ratio (issue 43: at most 1.15).
     #[arg(long)]
     pub(crate) without_ccm_baseline: bool,
+    /// shadow: this many Nodes NotReady with their instances gone from the cloud, and the
+    /// shadow run as a one-shot (`--shadow-report`) instead of a long-running `--shadow`
+    /// (default 0: long-running).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) would_deletes: usize,
+    /// shadow with --would-deletes: the one-shot's `--shadow-duration` in seconds.
+    #[arg(long, default_value_t = 120.0)]
+    pub(crate) shadow_duration: f64,
     /// Extra flag passed to fake-ccm (repeatable), e.g. `--ccm-arg=--kube-api-qps=500`.
     #[arg(long = "ccm-arg", allow_hyphen_values = true)]
     pub(crate) ccm_args: Vec<String>,
@@ -175,6 +183,8 @@ pub(crate) struct Opts {
     pub(crate) record_bodies: bool,
     pub(crate) lease_duration: u64,
     pub(crate) without_ccm_baseline: bool,
+    pub(crate) would_deletes: usize,
+    pub(crate) shadow_duration: Duration,
 }
 
 impl Opts {
@@ -221,6 +231,8 @@ impl Opts {
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
             without_ccm_baseline: c.without_ccm_baseline && s == Scenario::NodeBurst,
+            would_deletes: c.would_deletes,
+            shadow_duration: Duration::from_secs_f64(c.shadow_duration),
         }
     }
 
@@ -247,6 +259,13 @@ impl Opts {
             Scenario::Steady | Scenario::Shadow => {
                 m.insert("services".into(), json!(self.services));
                 m.insert("settle_s".into(), json!(self.settle));
+                if self.scenario == Scenario::Shadow && self.would_deletes > 0 {
+                    m.insert("would_deletes".into(), json!(self.would_deletes));
+                    m.insert(
+                        "shadow_duration_s".into(),
+                        json!(self.shadow_duration.as_secs_f64()),
+                    );
+                }
                 if self.scenario == Scenario::Steady && self.settle_timeout != self.timeout {
                     m.insert(
                         "settle_timeout_s".into(),

@@ -12,6 +12,7 @@
 //! cargo bench -p fake-ccm --bench scale -- route-burst --nodes 1000
 //! cargo bench -p fake-ccm --bench scale -- node-ipam --nodes 5000
 //! cargo bench -p fake-ccm --bench scale -- shadow --nodes 5000 --services 100 --batch
+//! cargo bench -p fake-ccm --bench scale -- shadow --nodes 10000 --services 500 --batch --would-deletes 1000
 //! cargo bench -p fake-ccm --bench scale -- failover --nodes 5000 --services 1000
 //! ```
 //!
@@ -44,6 +45,7 @@ mod objects;
 mod report;
 mod route_burst;
 mod shadow;
+mod shadow_one_shot;
 mod steady;
 /// The tests' process helpers: `free_port` for each replica's `--secure-port`.
 #[path = "../../tests/support/mod.rs"]

@@ -2,6 +2,7 @@
 //! (the incumbent), then a shadow (`--shadow`) started against the same cloud (FakeCloud's
 //! state file): its first pass (until it is quiet), then an idle window. Figures: divergences
 //! (0 expected), API requests (no persisting write), cloud calls per minute, memory, CPU.
+//! With `--would-deletes K`: the one-shot at scale instead (`shadow_one_shot.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -61,6 +62,11 @@ pub(crate) async fn shadow(env: &Env, opts: &Opts) -> Report {
         let incumbent = Ccm::start_with(env, opts, false, &state_config).await;
         settle(&incumbent, Duration::from_secs(10), opts.timeout).await;
         incumbent.stop().await;
+    }
+    if opts.would_deletes > 0 {
+        let report = crate::shadow_one_shot::one_shot(env, opts, &state_config, report).await;
+        let _ = std::fs::remove_file(&state);
+        return report;
     }
 
     let mut shadow_opts = opts.clone();
