@@ -284,7 +284,7 @@ impl Reconciler {
                         {
                             shadow.instance_known(&name);
                         }
-                                                let (shutdown, known) = match batch_shutdown {
+                        let (shutdown, known) = match batch_shutdown {
                             Some(shutdown) => (shutdown, true),
                             None => instance_shutdown_known(self.ctx.cloud.as_ref(), node).await,
                         };
