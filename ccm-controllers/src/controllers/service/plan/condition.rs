@@ -11,8 +11,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
-/// The condition type: whether the Service's load balancer is provisioned.
-pub(crate) const CONDITION_LOAD_BALANCER_PROVISIONED: &str = "LoadBalancerProvisioned";
+pub(crate) use crate::machinery::shadow::fields::CONDITION_LOAD_BALANCER_PROVISIONED;
 /// Reason of the `True` condition: the provider ensured the load balancer.
 pub(crate) const REASON_PROVISIONED: &str = "Provisioned";
 /// Reason of the `False` condition: ensuring the load balancer failed (the message says why).
