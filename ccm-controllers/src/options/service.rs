@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{ArgAction, Args};
 
 use crate::machinery::go_syntax::parse_go_duration;
 
@@ -33,4 +33,10 @@ pub struct ServiceControllerArgs {
     /// against what the provider declares (`ServedClass::parse_list` reads it).
     #[arg(long, value_name = "CLASSES")]
     pub load_balancer_classes: Option<String>,
+    /// Beyond Go: also write each served Service's load-balancer state in its
+    /// `status.conditions` (`LoadBalancerProvisioned`: `True`/`Provisioned`, or
+    /// `False`/`SyncLoadBalancerFailed` with the error), in the same status patch as the
+    /// ingress, and remove it when the Service is no longer served. Off: Go's writes only.
+    #[arg(long, default_value_t = false, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub load_balancer_status_conditions: bool,
 }

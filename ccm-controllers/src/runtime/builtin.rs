@@ -186,6 +186,7 @@ pub(crate) fn service_config(
         node_sync_window: o.node_sync_window(),
         node_sync_max_window: o.node_sync_max_window(),
         load_balancer_classes,
+        status_conditions: o.service.load_balancer_status_conditions,
     })
 }
 

@@ -36,6 +36,7 @@ mod secure_serving;
 mod service;
 mod service_accounts;
 mod service_classes;
+mod service_conditions;
 mod service_hosts_batch;
 mod service_leaks;
 mod service_nodes;

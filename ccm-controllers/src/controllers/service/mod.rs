@@ -153,6 +153,10 @@ pub struct ServiceConfig {
     /// [`load_balancer_classes`](ccm_core::CloudProvider::load_balancer_classes), under its own
     /// name. Each `provider_class` must be one the provider declares.
     pub load_balancer_classes: Option<Vec<ServedClass>>,
+    /// `--load-balancer-status-conditions`: also write the load balancer's state in the
+    /// Service's `status.conditions` (the `LoadBalancerProvisioned` condition, docs/controllers.md),
+    /// in the same status patch as the ingress. Default `false` (Go writes no condition).
+    pub status_conditions: bool,
 }
 
 /// Default of [`ServiceConfig::node_sync_max_window`]: 8 s. From the 1 s base the window
@@ -168,6 +172,7 @@ impl Default for ServiceConfig {
             node_sync_window: DEFAULT_NODE_SYNC_WINDOW,
             node_sync_max_window: DEFAULT_NODE_SYNC_MAX_WINDOW,
             load_balancer_classes: None,
+            status_conditions: false,
         }
     }
 }

@@ -13,6 +13,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
@@ -171,22 +172,29 @@ pub(super) async fn remove_finalizer(
     )))
 }
 
-/// Writes `status.loadBalancer.ingress` with a merge patch of the status subresource when it
-/// differs from `status` ([`plan::status_patch`]; no write when it does not). A Service that no
-/// longer exists is not an error.
+/// Writes `status.loadBalancer.ingress` and the load balancer's condition (`state`) with one
+/// strategic-merge patch of the status subresource when either differs from the Service
+/// ([`plan::status_patch`]; no write when neither does). A Service that no longer exists is not
+/// an error.
 pub(super) async fn write_status(
     api: &Api<Service>,
     service: &Service,
     status: &LoadBalancerStatus,
+    state: &plan::LoadBalancerState,
 ) -> Result<(), kube::Error> {
-    let Some(body) = plan::status_patch(service, status) else {
+    let now = Time(jiff::Timestamp::now());
+    let Some(body) = plan::status_patch(service, status, state, &now) else {
         return Ok(());
     };
     match api
         .patch_status(
             &service.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(body),
+            &if body["status"].get("conditions").is_some() {
+                Patch::Strategic(body)
+            } else {
+                Patch::Merge(body)
+            },
         )
         .await
     {

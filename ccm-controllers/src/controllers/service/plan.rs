@@ -13,6 +13,7 @@ use ccm_core::well_known::{
     TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
 };
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
@@ -460,22 +461,32 @@ pub(crate) fn load_balancer_status_equal(
     x.len() == y.len() && x.iter().zip(y).all(|(a, b)| ingress_equal(a, b))
 }
 
-/// The merge patch of the `status` subresource that sets `status.loadBalancer.ingress` to that
-/// of `new`, or `None` when the Service's current status already equals it (ingress only).
-/// Only the controller's own field is in the patch, so it cannot clobber other writers.
-pub(crate) fn status_patch(service: &Service, new: &LoadBalancerStatus) -> Option<Value> {
+/// The strategic-merge patch of the `status` subresource that sets `status.loadBalancer.ingress`
+/// to that of `new` and the load balancer's condition to `state` ([`condition_entry`]), one
+/// write for both, or `None` when the Service already says both. Only the controller's own
+/// fields are in the patch (ingress is atomic, conditions merge by `type`).
+pub(crate) fn status_patch(
+    service: &Service,
+    new: &LoadBalancerStatus,
+    state: &LoadBalancerState,
+    now: &Time,
+) -> Option<Value> {
     let current = service
         .status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref());
-    if load_balancer_status_equal(current, Some(new)) {
-        return None;
+    let mut status = serde_json::Map::new();
+    if !load_balancer_status_equal(current, Some(new)) {
+        let ingress = match new.ingress.as_deref() {
+            Some(list) if !list.is_empty() => serde_json::to_value(list).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+        status.insert("loadBalancer".into(), json!({ "ingress": ingress }));
     }
-    let ingress = match new.ingress.as_deref() {
-        Some(list) if !list.is_empty() => serde_json::to_value(list).unwrap_or(Value::Null),
-        _ => Value::Null,
-    };
-    Some(json!({ "status": { "loadBalancer": { "ingress": ingress } } }))
+    if let Some(entry) = condition_entry(service, state, now) {
+        status.insert("conditions".into(), json!([entry]));
+    }
+    (!status.is_empty()).then(|| json!({ "status": status }))
 }
 
 fn test_op(path: &str, value: Value) -> Value {
@@ -777,6 +788,9 @@ where
         self.retry = None;
     }
 }
+
+mod condition;
+pub(crate) use condition::*;
 
 #[cfg(test)]
 mod tests;

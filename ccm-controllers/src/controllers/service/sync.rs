@@ -19,7 +19,7 @@ use super::classes::{ServedClasses, class_of, note_with_class};
 use super::cloud::{self, CallError};
 use super::metrics::{ServedClassLabels, ServiceMetrics};
 use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError};
-use super::plan::{self, Decision, HostKey};
+use super::plan::{self, Decision, HostKey, LoadBalancerState};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
@@ -508,9 +508,22 @@ impl Reconciler {
             }
             Err(CallError::Retry(after)) => return Err(Step::Retry(after)),
             Err(CallError::Failed(error)) => {
-                return Err(
-                    self.sync_failed(&service, format!("failed to ensure load balancer: {error}"))
-                );
+                let message = format!("failed to ensure load balancer: {error}");
+                let step = self.sync_failed(&service, &message);
+                // The failure in the Service's status too (the ingress as it is); a failed
+                // write of it changes nothing about the retry.
+                let current = service
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.load_balancer.clone())
+                    .unwrap_or_default();
+                let failed = LoadBalancerState::Failed(message);
+                if self.config.status_conditions
+                    && let Err(e) = patch::write_status(&api, &service, &current, &failed).await
+                {
+                    tracing::warn!(controller = NAME, service = %key_of(&service), error = %e, "writing the load balancer's condition failed");
+                }
+                return Err(step);
             }
         };
         self.recorder.normal(
@@ -518,7 +531,8 @@ impl Reconciler {
             "EnsuredLoadBalancer",
             note_with_class("Ensured load balancer", &service),
         );
-        self.write_status(&service, &status).await
+        self.write_status(&service, &status, &LoadBalancerState::Provisioned)
+            .await
     }
 
     /// The delete branch. `handled` is the Service as last handled as a load balancer (its
@@ -585,7 +599,11 @@ impl Reconciler {
             return Ok(());
         }
         match self
-            .write_status(service, &LoadBalancerStatus::default())
+            .write_status(
+                service,
+                &LoadBalancerStatus::default(),
+                &LoadBalancerState::NotServed,
+            )
             .await
         {
             Err(Step::Gone) => Ok(()),
@@ -599,9 +617,16 @@ impl Reconciler {
         &self,
         service: &Service,
         status: &LoadBalancerStatus,
+        state: &LoadBalancerState,
     ) -> Result<(), Step> {
         let api = self.api(&service.namespace().unwrap_or_default());
-        match patch::write_status(&api, service, status).await {
+        // Without --load-balancer-status-conditions the condition is left as it is (Go's writes).
+        let state = if self.config.status_conditions {
+            state
+        } else {
+            &LoadBalancerState::Untouched
+        };
+        match patch::write_status(&api, service, status, state).await {
             Ok(()) => Ok(()),
             Err(e) => Err(self.sync_failed(
                 service,

@@ -4,8 +4,9 @@
 //! Only what the built-in controllers write is compared, so a difference the cache cannot see
 //! (the cached Nodes are stripped) is never reported: a Node's labels (one field per key),
 //! `spec.providerID`, `spec.taints`, `spec.podCIDRs`, `status.addresses` and the
-//! `NetworkUnavailable` condition (status and reason); a Service's finalizers and
-//! `status.loadBalancer`.
+//! `NetworkUnavailable` condition (status and reason); a Service's finalizers,
+//! `status.loadBalancer` and `LoadBalancerProvisioned` condition (status and reason; written
+//! only with `--load-balancer-status-conditions`).
 //!
 //! A deprecated beta label that differs exactly as its GA label does (Go's initialisation
 //! writes both from one answer) is folded into the GA label's difference ([`fold_aliases`]):
@@ -20,6 +21,11 @@ use ccm_core::well_known::{
 };
 use k8s_openapi::api::core::v1::{Node, Service};
 use serde_json::{Value, json};
+
+/// The Service condition type the service controller writes with
+/// `--load-balancer-status-conditions`: whether the Service's load balancer is provisioned
+/// (here, not in the controller, so that the shadow can compare it).
+pub(crate) const CONDITION_LOAD_BALANCER_PROVISIONED: &str = "LoadBalancerProvisioned";
 
 /// The field of a "would delete Node" divergence.
 pub(crate) const FIELD_NODE_DELETED: &str = "(node deleted)";
@@ -93,6 +99,19 @@ pub(crate) fn service_fields(service: &Service) -> BTreeMap<String, Value> {
         out.insert(
             "status.loadBalancer.ingress".to_owned(),
             serde_json::to_value(ingress).unwrap_or(Value::Null),
+        );
+    }
+    if let Some(c) = service
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == CONDITION_LOAD_BALANCER_PROVISIONED)
+    {
+        out.insert(
+            format!("status.conditions[{CONDITION_LOAD_BALANCER_PROVISIONED}]"),
+            json!({"status": c.status, "reason": c.reason}),
         );
     }
     out
@@ -382,5 +401,22 @@ mod tests {
         assert!(service_pending(&svc));
         svc.metadata.finalizers = Some(vec![FINALIZER_LOAD_BALANCER_CLEANUP.to_owned()]);
         assert!(!service_pending(&svc));
+    }
+
+    #[test]
+    fn service_load_balancer_condition_is_compared() {
+        let service: Service = serde_json::from_value(json!({
+            "status": {"conditions": [
+                {"type": "LoadBalancerProvisioned", "status": "False", "reason": "SyncLoadBalancerFailed", "message": "quota", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "example.com/Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            ]}
+        }))
+        .unwrap();
+        let fields = service_fields(&service);
+        assert_eq!(
+            fields.get("status.conditions[LoadBalancerProvisioned]"),
+            Some(&json!({"status": "False", "reason": "SyncLoadBalancerFailed"}))
+        );
+        assert_eq!(fields.len(), 1, "{fields:?}");
     }
 }
