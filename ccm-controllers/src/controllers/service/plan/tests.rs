@@ -609,53 +609,6 @@ fn status_equality_compares_ingress_only() {
     ));
 }
 
-#[test]
-fn status_patch_only_when_ingress_or_condition_changed() {
-    let now = Time("2026-01-01T00:00:00Z".parse().unwrap());
-    let ok = LoadBalancerState::Provisioned;
-    let mut s = lb();
-    assert_eq!(
-        status_patch(
-            &s,
-            &LoadBalancerStatus::default(),
-            &LoadBalancerState::NotServed,
-            &now
-        ),
-        None
-    );
-    let patch = status_patch(&s, &status(&["203.0.113.10"]), &ok, &now).unwrap();
-    assert_eq!(
-        patch,
-        json!({"status": {
-            "loadBalancer": {"ingress": [{"ip": "203.0.113.10"}]},
-            "conditions": [{"type": "LoadBalancerProvisioned", "status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        }})
-    );
-    s.status = Some(ServiceStatus {
-        load_balancer: Some(status(&["203.0.113.10"])),
-        conditions: Some(vec![
-            serde_json::from_value(patch["status"]["conditions"][0].clone()).unwrap(),
-        ]),
-    });
-    assert_eq!(
-        status_patch(&s, &status(&["203.0.113.10"]), &ok, &now),
-        None
-    );
-    assert_eq!(
-        status_patch(
-            &s,
-            &LoadBalancerStatus::default(),
-            &LoadBalancerState::NotServed,
-            &now
-        )
-        .unwrap(),
-        json!({"status": {
-            "loadBalancer": {"ingress": null},
-            "conditions": [{"type": "LoadBalancerProvisioned", "$patch": "delete"}],
-        }})
-    );
-}
-
 // ---- finalizer patches -------------------------------------------------------------
 
 /// Applies `patch` to `service` as kube-apiserver does (Go's evanphx/json-patch: a `test`
@@ -823,4 +776,5 @@ fn update_failed_note_limits_names() {
 }
 
 mod classes;
+mod conditions;
 mod node_sync_timer;
