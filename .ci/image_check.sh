@@ -26,7 +26,8 @@ secure_port=""
 cleanup() {
     status=$?
     if [ -n "$ccm" ]; then
-        pkill -f -- "--secure-port=$secure_port" 2>/dev/null || true
+        pid=$(ccm_pid_of "$secure_port")
+        [ -n "$pid" ] && kill "$pid" 2>/dev/null
         kill "$ccm" 2>/dev/null || true
         wait "$ccm" 2>/dev/null || true
     fi
@@ -43,6 +44,17 @@ cleanup() {
     exit "$status"
 }
 trap cleanup EXIT
+# The pid of the CCM started from the image (found by its unique --secure-port argument; /proc
+# rather than pgrep, which a minimal machine may lack).
+ccm_pid_of() {
+    local cmdline
+    for cmdline in /proc/[0-9]*/cmdline; do
+        if tr '\0' ' ' <"$cmdline" 2>/dev/null | grep -q -- "--secure-port=$1 "; then
+            basename "$(dirname "$cmdline")"
+            return
+        fi
+    done
+}
 
 container=$(buildah from "$image")
 image_root=$(buildah mount "$container")
@@ -145,7 +157,7 @@ for _ in $(seq 1 120); do
     provider_id=""
     sleep 0.5
 done
-ccm_pid=$(pgrep -f -- "--secure-port=$secure_port" | head -1 || true)
+ccm_pid=$(ccm_pid_of "$secure_port")
 ccm_uid=$(awk '/^Uid:/ { print $2 }' "/proc/$ccm_pid/status" 2>/dev/null || true)
 if [ -z "$provider_id" ]; then
     echo "-- CCM log"; cat "$work/ccm.log"
