@@ -103,13 +103,23 @@ impl PartitionProxy {
         self.shared.open.load(Ordering::SeqCst)
     }
 
-    /// The connections frozen so far and still held open.
+    /// The connections frozen so far and still held open: those [`PartitionProxy::freeze`]
+    /// froze and those accepted frozen while
+    /// [`set_freeze_new_connections`](PartitionProxy::set_freeze_new_connections) was on.
     pub fn frozen_connections(&self) -> usize {
-        self.shared
+        let frozen = self
+            .shared
             .frozen
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .len()
+            .len();
+        let held = self
+            .shared
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        frozen + held
     }
 
     /// With `true`, every connection made from now on is accepted and frozen at once (no byte
@@ -271,5 +281,42 @@ mod tests {
         new.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"pong");
         assert_eq!(proxy.frozen_connections(), 1);
+    }
+
+    #[tokio::test]
+    async fn connections_made_while_new_ones_freeze_are_silent_and_counted_as_frozen() {
+        let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = echo.local_addr().unwrap();
+        let _echo = AbortOnDropHandle::new(tokio::spawn(async move {
+            while let Ok((mut conn, _)) = echo.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = conn.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        }));
+        let proxy = PartitionProxy::start(&upstream.to_string()).await.unwrap();
+        proxy.set_freeze_new_connections(true);
+        let mut held = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut buf = [0u8; 4];
+        held.write_all(b"ping").await.unwrap();
+        let silent = tokio::time::timeout(Duration::from_millis(300), held.read(&mut buf)).await;
+        assert!(
+            silent.is_err(),
+            "a connection made during the partition stays silent and open"
+        );
+        assert_eq!(proxy.frozen_connections(), 1);
+        assert_eq!(proxy.open_connections(), 0);
+
+        proxy.set_freeze_new_connections(false);
+        let mut new = TcpStream::connect(proxy.addr()).await.unwrap();
+        new.write_all(b"pong").await.unwrap();
+        new.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+        assert_eq!(
+            proxy.frozen_connections(),
+            1,
+            "the held one stays held, the new one works"
+        );
     }
 }
