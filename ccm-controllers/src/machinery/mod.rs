@@ -1,5 +1,6 @@
 //! What every controller uses: the context handed to it, the shared informers, the work queue,
-//! Kubernetes Events, the cloud-call budget, metrics, the error type and which Nodes are ours (ownership.rs). Nothing here imports a
+//! Kubernetes Events, the cloud-call budget, metrics, the error type, which Nodes are ours (ownership.rs) and
+//! bulk writes that give way to a busy API server (write_pacing). Nothing here imports a
 //! controller, the options or the runtime (see `ARCHITECTURE.md`).
 
 pub(crate) mod budget;
@@ -14,3 +15,4 @@ pub(crate) mod metrics;
 pub(crate) mod ownership;
 pub(crate) mod shadow;
 pub(crate) mod workqueue;
+pub(crate) mod write_pacing;

@@ -9,6 +9,7 @@ use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use crate::machinery::informer::Informer;
@@ -39,6 +40,7 @@ pub(crate) struct CloudNodeMetrics {
     reconciles: Family<ReconcileLabels, Counter>,
     durations: Family<KindLabel, Histogram>,
     cloud_labels: Family<CloudLabel, Counter>,
+    init_write_limit: Gauge,
 }
 
 /// Labels of the counter of labels brought in step with the cloud.
@@ -61,6 +63,7 @@ impl CloudNodeMetrics {
             initial_sync_delay: Histogram::new(delay_buckets()),
             reconciles: Family::default(),
             cloud_labels: Family::default(),
+            init_write_limit: Gauge::default(),
             durations: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 4.0, 10))
             }),
@@ -90,7 +93,17 @@ impl CloudNodeMetrics {
             "Node labels the status refresh changed to bring them in step with the cloud (--reconcile-cloud-labels), by label (the key for zone, region and instance type, GA and beta; additional for a provider's own labels).",
             m.cloud_labels.clone(),
         );
+        registry.register(
+            "node_controller_initialization_writes_limit",
+            "Node initialisations allowed to write at once: --concurrent-node-syncs while the API server answers the controller's writes at its usual latency, fewer (down to 1) while they queue, so that Node registrations go first.",
+            m.init_write_limit.clone(),
+        );
         m
+    }
+
+    /// The gauge of the initialisations' write limit (set by their `WritePacer`).
+    pub(crate) fn init_write_limit(&self) -> Gauge {
+        self.init_write_limit.clone()
     }
 
     /// Counts one label brought in step with the cloud.

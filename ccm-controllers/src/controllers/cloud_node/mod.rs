@@ -177,6 +177,7 @@ pub async fn run(ctx: ControllerContext, config: CloudNodeConfig) -> Result<(), 
         recorder,
         metrics,
         config.reconcile_cloud_labels,
+        config.workers,
     ));
     let queue: WorkQueue<String> = ctx.queue(QUEUE_NAME, Backoff::CONTROLLER);
     tracing::info!(

@@ -19,6 +19,7 @@ use crate::controllers::node::spec::SpecUpdate;
 use crate::machinery::context::ControllerContext;
 use crate::machinery::events::EventRecorder;
 use crate::machinery::workqueue::Outcome;
+use crate::machinery::write_pacing::{NODE_INITIALISATION_WRITES, WritePacer, WritePermit};
 
 /// Event reason of a successful initialisation (Go's).
 pub(crate) const REASON_SYNCED: &str = "Synced";
@@ -52,6 +53,10 @@ pub(crate) struct Reconciler {
     /// `--reconcile-cloud-labels`: the periodic refresh also brings the cloud's labels in
     /// step (`plan::plan_cloud_labels`).
     reconcile_cloud_labels: bool,
+    /// How many initialisations write at once: up to the workers, fewer while the API server
+    /// is queueing (its writes' latency; `machinery/write_pacing`), so that a Node burst's
+    /// registrations go first.
+    init_writes: WritePacer,
 }
 
 /// A Node this controller untainted (see [`Reconciler::sync_node`]).
@@ -77,6 +82,48 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs one write under `slot` and feeds it back: its latency when it succeeded, the API
+/// server's overload when it answered `429` or `5xx` (another failure, e.g. a 404 for a
+/// deleted Node, says nothing of the API server's queue).
+async fn timed<T, E: AsApiStatus>(
+    slot: &WritePermit<'_>,
+    write: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let started = tokio::time::Instant::now();
+    let result = write.await;
+    match &result {
+        Ok(_) => slot.observe(started.elapsed(), false),
+        Err(e) if e.api_code().is_some_and(|c| c == 429 || c >= 500) => {
+            slot.observe(started.elapsed(), true);
+        }
+        Err(_) => {}
+    }
+    result
+}
+
+/// The API server's status code in a write's error, if it answered.
+trait AsApiStatus {
+    fn api_code(&self) -> Option<u16>;
+}
+
+impl AsApiStatus for kube::Error {
+    fn api_code(&self) -> Option<u16> {
+        match self {
+            kube::Error::Api(s) => Some(s.code),
+            _ => None,
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> AsApiStatus for PatchError<E> {
+    fn api_code(&self) -> Option<u16> {
+        match self {
+            PatchError::Kube(e) => e.api_code(),
+            _ => None,
+        }
+    }
+}
+
 fn uid(node: &Node) -> String {
     node.metadata.uid.clone().unwrap_or_default()
 }
@@ -87,9 +134,15 @@ impl Reconciler {
         recorder: EventRecorder,
         metrics: CloudNodeMetrics,
         reconcile_cloud_labels: bool,
+        workers: usize,
     ) -> Self {
         Reconciler {
             reconcile_cloud_labels,
+            init_writes: WritePacer::new(
+                workers,
+                NODE_INITIALISATION_WRITES,
+                metrics.init_write_limit(),
+            ),
             api: Api::all(ctx.client.clone()),
             recorder,
             metrics,
@@ -327,34 +380,44 @@ impl Reconciler {
             }
         };
 
+        // The writes wait for a slot while the API server is queueing (module docs of
+        // `machinery/write_pacing`); each successful write's latency sets the slots.
+        let slot = self.init_writes.acquire().await;
+
         // Write 1: addresses, while the node is still tainted (so not schedulable).
         let node = match addresses {
             None => node,
-            Some(addresses) => match patch::patch_addresses(&self.api, &node, &addresses).await {
-                Ok(updated) => updated,
-                // Deleted, or re-created under the same name (the UID precondition failed):
-                // the new Node gets its own sync.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-                    return Outcome::Done;
+            Some(addresses) => {
+                match timed(&slot, patch::patch_addresses(&self.api, &node, &addresses)).await {
+                    Ok(updated) => updated,
+                    // Deleted, or re-created under the same name (the UID precondition failed):
+                    // the new Node gets its own sync.
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                        return Outcome::Done;
+                    }
+                    Err(e) => {
+                        self.warn(&node, Step::Addresses, &e);
+                        return Outcome::Failed;
+                    }
                 }
-                Err(e) => {
-                    self.warn(&node, Step::Addresses, &e);
-                    return Outcome::Failed;
-                }
-            },
+            }
         };
 
         // Write 2: providerID, labels, taint removal; re-planned on every conflict.
         let meta = &fetched.meta;
         let require = fetched.require_provider_id;
-        let result = patch::patch_node_spec(&self.api, node.clone(), |current| {
-            if !plan::has_uninitialized_taint(current) {
-                // Initialised meanwhile (by another writer): nothing left for us to change.
-                return Ok::<_, InitError>(SpecUpdate::default());
-            }
-            plan::plan_init(current, meta, require).map(|p| p.spec)
-        })
+        let result = timed(
+            &slot,
+            patch::patch_node_spec(&self.api, node.clone(), |current| {
+                if !plan::has_uninitialized_taint(current) {
+                    // Initialised meanwhile (by another writer): nothing left for us to change.
+                    return Ok::<_, InitError>(SpecUpdate::default());
+                }
+                plan::plan_init(current, meta, require).map(|p| p.spec)
+            }),
+        )
         .await;
+        drop(slot);
         let updated = match result {
             Ok((updated, true)) => updated,
             // Untainted by another writer between our read and our write: nothing to do.

@@ -22,6 +22,7 @@ mod addresses;
 mod concurrency;
 mod failures;
 mod initialization;
+mod write_pacing;
 
 fn addr(type_: &str, address: &str) -> (String, String) {
     (type_.to_owned(), address.to_owned())

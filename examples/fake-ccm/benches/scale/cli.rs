@@ -133,6 +133,11 @@ pub(crate) struct Cli {
     /// times with and without it and their ratio (issue 43: at most 1.15).
     #[arg(long)]
     pub(crate) without_ccm_baseline: bool,
+    /// node-burst: Nodes registered (and, with a CCM, initialised) before the burst, as the
+    /// control-plane Nodes of a cluster's bring-up are before its workers join (the CCM runs
+    /// on one). Not counted in the burst's figures.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) control_plane_nodes: usize,
     /// shadow: this many Nodes NotReady with their instances gone from the cloud, and the
     /// shadow run as a one-shot (`--shadow-report`) instead of a long-running `--shadow`
     /// (default 0: long-running).
@@ -183,6 +188,7 @@ pub(crate) struct Opts {
     pub(crate) record_bodies: bool,
     pub(crate) lease_duration: u64,
     pub(crate) without_ccm_baseline: bool,
+    pub(crate) control_plane_nodes: usize,
     pub(crate) would_deletes: usize,
     pub(crate) shadow_duration: Duration,
 }
@@ -231,6 +237,11 @@ impl Opts {
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
             without_ccm_baseline: c.without_ccm_baseline && s == Scenario::NodeBurst,
+            control_plane_nodes: if s == Scenario::NodeBurst {
+                c.control_plane_nodes
+            } else {
+                0
+            },
             would_deletes: c.would_deletes,
             shadow_duration: Duration::from_secs_f64(c.shadow_duration),
         }
@@ -309,6 +320,12 @@ impl Opts {
         }
         if self.without_ccm_baseline {
             m.insert("without_ccm_baseline".into(), json!(true));
+        }
+        if self.control_plane_nodes > 0 {
+            m.insert(
+                "control_plane_nodes".into(),
+                json!(self.control_plane_nodes),
+            );
         }
         if self.images != 40 {
             m.insert("images".into(), json!(self.images));

@@ -43,6 +43,24 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
     };
     let floor_task = floor.then(|| spawn_floor(env));
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The control-plane Nodes first, initialised (by the CCM, or the floor) before the burst;
+    // the observer counts them among the initialised, the burst's figures do not.
+    let cp = opts.control_plane_nodes;
+    if cp > 0 {
+        let cp_track: Shared = Arc::default();
+        create_nodes(
+            env,
+            &cp_track,
+            n..n + cp,
+            |_| NodeKind::Tainted,
+            opts.node_pace(),
+        )
+        .await;
+        wait_until("the control-plane nodes initialised", opts.timeout, || {
+            lock(&track).node_initialised.len() >= cp
+        })
+        .await;
+    }
     let before = match &ccm {
         Some(c) => c.metrics().await,
         None => Metrics::default(),
@@ -62,7 +80,7 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
     create_nodes(env, &track, 0..n, |_| NodeKind::Tainted, opts.node_pace()).await;
     let created_all = Instant::now();
     wait_until("every node initialised", opts.timeout, || {
-        lock(&track).node_initialised.len() >= n
+        lock(&track).node_initialised.len() >= n + cp
     })
     .await;
     drop(progress);
@@ -262,6 +280,16 @@ async fn creation_without_ccm(opts: &Opts) -> Option<Duration> {
     let (_event_watch, _) = watch_events(&env);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let n = opts.nodes;
+    let cp = opts.control_plane_nodes;
+    let cp_track: Shared = Arc::default();
+    create_nodes(
+        &env,
+        &cp_track,
+        n..n + cp,
+        |_| NodeKind::Tainted,
+        opts.node_pace(),
+    )
+    .await;
     let t = track.clone();
     let progress = Progress::start("baseline without the CCM", move || {
         format!("created {}/{n}", lock(&t).node_created.len())
