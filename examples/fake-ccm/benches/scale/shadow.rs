@@ -24,10 +24,7 @@ async fn settle(ccm: &Ccm, quiet: Duration, timeout: Duration) -> (Instant, bool
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let metrics = ccm.metrics().await;
-        let now = (
-            metrics.cloud_calls(),
-            metrics.by("rest_client_requests_total", "method"),
-        );
+        let now = (metrics.cloud_calls(), metrics.api_writes());
         if now != last {
             if now.0 != last.0 {
                 converged = Instant::now();

@@ -49,10 +49,7 @@ pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let metrics = ccm.metrics().await;
-            let now = (
-                metrics.cloud_calls(),
-                metrics.by("rest_client_requests_total", "method"),
-            );
+            let now = (metrics.cloud_calls(), metrics.api_writes());
             if now != last {
                 if now.0 != last.0 {
                     converged = Instant::now();
@@ -207,7 +204,7 @@ pub(crate) async fn steady(env: &Env, opts: &Opts) -> Report {
     if setup_unsettled {
         report.notes.push(format!(
             "the CCM did not go quiet within {:?} (--settle-timeout; no 15 s without cloud \
-             calls and API requests); the window was measured anyway",
+             calls and API writes); the window was measured anyway",
             opts.settle_timeout
         ));
     }
