@@ -21,6 +21,7 @@ use super::metrics::{ServedClassLabels, ServiceMetrics};
 use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError};
 use super::plan::{self, Decision, HostKey, LoadBalancerState};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
+use crate::machinery::budget::lanes::{Lane, in_lane};
 use crate::machinery::context::ControllerContext;
 use crate::machinery::error::ControllerError;
 use crate::machinery::events::EventRecorder;
@@ -500,7 +501,15 @@ impl Reconciler {
         // Remembered before the call, as Go does: a node sync compares against what the cloud
         // was last asked for.
         entry.last_hosts = Some(host_set.keys.clone());
-        let status = match cloud::ensure(lb, self.cluster(), &service, hosts).await {
+        // A Service's first load balancer goes ahead of a burst of Node initialisations under
+        // a cloud quota (`machinery/budget/lanes.rs`); a re-ensure waits its turn.
+        let ensure = cloud::ensure(lb, self.cluster(), &service, hosts);
+        let ensured = if has_ingress(&service) {
+            ensure.await
+        } else {
+            in_lane(Lane::FirstEnsure, ensure).await
+        };
+        let status = match ensured {
             Ok(status) => status,
             Err(CallError::Elsewhere) => {
                 tracing::debug!(controller = NAME, service = %key_of(&service), "load balancer implemented elsewhere");
@@ -634,4 +643,14 @@ impl Reconciler {
             )),
         }
     }
+}
+
+/// Whether the Service's status has an ingress point (a load balancer was made for it before).
+fn has_ingress(service: &Service) -> bool {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|ingress| !ingress.is_empty())
 }

@@ -3,17 +3,23 @@
 //! Under a quota, what a cloud call waits for (a token of `--cloud-api-qps`, the slot of an
 //! operation the provider slowed down) is handed out by lane, not by arrival:
 //!
-//! 1. [`Lane::Initialise`]: new Nodes' initialisation and load-balancer ensures for new or
+//! 1. [`Lane::FirstEnsure`]: the first `ensure_load_balancer` of a Service that has no
+//!    ingress yet: one call per Service, which a user waits for, and which must not wait for a
+//!    burst of Nodes to be initialised (issue 43: in a bring-up, every load balancer before
+//!    the last Node);
+//! 2. [`Lane::Initialise`]: new Nodes' initialisation and the other load-balancer calls for
 //!    changed Services, what a user waits for (the default: a call outside any lane is here);
-//! 2. [`Lane::Lifecycle`]: the node-lifecycle checks of NotReady Nodes;
-//! 3. [`Lane::Refresh`]: the periodic address refresh and resync work.
+//! 3. [`Lane::Lifecycle`]: the node-lifecycle checks of NotReady Nodes;
+//! 4. [`Lane::Refresh`]: the periodic address refresh and resync work.
 //!
 //! A call waits at the gate while any call of a higher lane waits to be admitted; the calls of
-//! the two lower lanes pass the gate one at a time each, so a refresh of 100,000 Nodes never
+//! the two lowest lanes pass the gate one at a time each, so a refresh of 100,000 Nodes never
 //! holds more than one reservation ahead of an initialisation that arrives after it. A lower
 //! lane therefore only gets what the higher ones leave over: a refresh that cannot fit its
 //! period under the quota takes longer (the cloud-node controller then reports the period it
-//! achieved, see `controllers/cloud_node/mod.rs`), and never starves initialisation.
+//! achieved, see `controllers/cloud_node/mod.rs`), and never starves initialisation. First
+//! ensures are one per new Service: under a quota, Node initialisation waits only while new
+//! Services' first ensures wait (300 of them at 20 calls/s: 15 s).
 //!
 //! A controller picks the lane of its calls with [`in_lane`] around the future that makes
 //! them (a tokio task-local, so nothing changes in the provider traits).
@@ -26,13 +32,19 @@ use tokio::sync::Notify;
 /// The priority of a cloud call; lower is served first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Lane {
-    /// New Nodes' initialisation, ensures for new or changed Services (the default).
-    Initialise = 0,
+    /// The first ensure of a Service without an ingress.
+    FirstEnsure = 0,
+    /// New Nodes' initialisation, the other calls for new or changed Services (the default).
+    Initialise = 1,
     /// Node-lifecycle checks.
-    Lifecycle = 1,
+    Lifecycle = 2,
     /// Periodic address refresh and resync.
-    Refresh = 2,
+    Refresh = 3,
 }
+
+/// The lanes whose calls pass the gate one at a time: [`Lane::Lifecycle`] and
+/// [`Lane::Refresh`].
+const FIRST_SERIAL_LANE: usize = Lane::Lifecycle as usize;
 
 tokio::task_local! {
     static LANE: Lane;
@@ -51,7 +63,7 @@ pub(crate) fn current() -> Lane {
 /// The gate: calls waiting to be admitted, per lane.
 #[derive(Debug, Default)]
 pub(super) struct Lanes {
-    waiting: Mutex<[usize; 3]>,
+    waiting: Mutex<[usize; 4]>,
     changed: Notify,
     /// One admission at a time for [`Lane::Lifecycle`] and [`Lane::Refresh`].
     serial: [tokio::sync::Mutex<()>; 2],
@@ -71,7 +83,7 @@ impl Drop for Waiting<'_> {
 }
 
 impl Lanes {
-    fn counts(&self) -> std::sync::MutexGuard<'_, [usize; 3]> {
+    fn counts(&self) -> std::sync::MutexGuard<'_, [usize; 4]> {
         // Plain counters, consistent after every statement; a panic elsewhere leaves them so.
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -90,7 +102,10 @@ impl Lanes {
             lanes: self,
             lane: index,
         };
-        let _serial = match index.checked_sub(1).and_then(|i| self.serial.get(i)) {
+        let _serial = match index
+            .checked_sub(FIRST_SERIAL_LANE)
+            .and_then(|i| self.serial.get(i))
+        {
             Some(serial) => Some(serial.lock().await),
             None => None,
         };
@@ -214,6 +229,53 @@ mod tests {
         // Each lane in its own arrival order.
         let refresh: Vec<_> = order.iter().filter(|n| n.starts_with("refresh")).collect();
         assert!(refresh.windows(2).all(|w| w[0] < w[1]), "{refresh:?}");
+    }
+
+    /// While a Service's first ensure waits for its admission (here: its operation's pace, as
+    /// after the cloud answered `Retry`), a Node initialisation that arrives does not start its
+    /// own (with another operation's pace it would go first and spend the cloud's quota); it
+    /// starts once the ensure is admitted. A lifecycle check waits for both.
+    #[tokio::test]
+    async fn an_initialisation_waits_while_a_first_ensure_waits_for_admission() {
+        use super::Lanes;
+        let lanes = Arc::new(Lanes::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let admitted = |order: &Arc<Mutex<Vec<&'static str>>>, name: &'static str| {
+            let order = order.clone();
+            async move { order.lock().unwrap().push(name) }
+        };
+        let ensure = {
+            let (lanes, order) = (lanes.clone(), order.clone());
+            tokio::spawn(async move {
+                lanes
+                    .admit(Lane::FirstEnsure, async move {
+                        released.await.unwrap();
+                        order.lock().unwrap().push("ensure");
+                    })
+                    .await;
+            })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(lanes.waiting(), 1);
+        let init = {
+            let (lanes, a) = (lanes.clone(), admitted(&order, "init"));
+            tokio::spawn(async move { lanes.admit(Lane::Initialise, a).await })
+        };
+        let check = {
+            let (lanes, a) = (lanes.clone(), admitted(&order, "lifecycle"));
+            tokio::spawn(async move { lanes.admit(Lane::Lifecycle, a).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            order.lock().unwrap().is_empty(),
+            "nothing admitted before the ensure"
+        );
+        release.send(()).unwrap();
+        for task in [ensure, init, check] {
+            task.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), ["ensure", "init", "lifecycle"]);
     }
 
     /// Refresh calls that arrive while initialisations keep coming wait; as soon as the

@@ -29,6 +29,9 @@ pub(crate) enum Scenario {
     /// N nodes and M Services settled under replica A (leader election on), replica B
     /// standing by, A killed: time until B leads and is ready, B's first minute as leader.
     Failover,
+    /// N tainted nodes and M LoadBalancer Services created together (a cluster's bring-up):
+    /// each Service's creation -> ingress, and whether all come before the last Node.
+    BringUp,
 }
 
 impl Scenario {
@@ -43,6 +46,7 @@ impl Scenario {
             Scenario::NodeIpam => "node-ipam",
             Scenario::Shadow => "shadow",
             Scenario::Failover => "failover",
+            Scenario::BringUp => "bring-up",
         }
     }
 }
@@ -138,6 +142,10 @@ pub(crate) struct Cli {
     /// on one). Not counted in the burst's figures.
     #[arg(long, default_value_t = 1)]
     pub(crate) control_plane_nodes: usize,
+    /// bring-up: register and initialise the Nodes first, then create the Services alone (the
+    /// figure the bring-up's median creation -> ingress is compared with).
+    #[arg(long)]
+    pub(crate) without_node_burst: bool,
     /// shadow: this many Nodes NotReady with their instances gone from the cloud, and the
     /// shadow run as a one-shot (`--shadow-report`) instead of a long-running `--shadow`
     /// (default 0: long-running).
@@ -189,6 +197,7 @@ pub(crate) struct Opts {
     pub(crate) lease_duration: u64,
     pub(crate) without_ccm_baseline: bool,
     pub(crate) control_plane_nodes: usize,
+    pub(crate) without_node_burst: bool,
     pub(crate) would_deletes: usize,
     pub(crate) shadow_duration: Duration,
 }
@@ -199,12 +208,14 @@ impl Opts {
         let nodes = c.nodes.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 50,
             Scenario::Steady | Scenario::NodeIpam | Scenario::Shadow | Scenario::Failover => 5000,
+            Scenario::BringUp => 3000,
             _ => 1000,
         });
         let services = c.services.unwrap_or(match s {
             Scenario::LbBurst | Scenario::NodeChurn => 200,
             Scenario::Steady | Scenario::Failover => 1000,
             Scenario::Shadow => 100,
+            Scenario::BringUp => 300,
             _ => 0,
         });
         Opts {
@@ -237,7 +248,8 @@ impl Opts {
             record_bodies: c.record_bodies || s == Scenario::NodeIpam,
             lease_duration: c.lease_duration.max(2),
             without_ccm_baseline: c.without_ccm_baseline && s == Scenario::NodeBurst,
-            control_plane_nodes: if s == Scenario::NodeBurst {
+            without_node_burst: c.without_node_burst && s == Scenario::BringUp,
+            control_plane_nodes: if matches!(s, Scenario::NodeBurst | Scenario::BringUp) {
                 c.control_plane_nodes
             } else {
                 0
@@ -320,6 +332,9 @@ impl Opts {
         }
         if self.without_ccm_baseline {
             m.insert("without_ccm_baseline".into(), json!(true));
+        }
+        if self.without_node_burst {
+            m.insert("without_node_burst".into(), json!(true));
         }
         if self.control_plane_nodes > 0 {
             m.insert(

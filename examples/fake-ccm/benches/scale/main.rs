@@ -33,6 +33,7 @@
     unreachable_pub
 )]
 
+mod bring_up;
 mod ccm;
 mod cli;
 mod environment;
@@ -130,6 +131,7 @@ fn main() {
             Scenario::NodeIpam => node_ipam::node_ipam(&env, &opts).await,
             Scenario::Shadow => shadow::shadow(&env, &opts).await,
             Scenario::Failover => failover::failover(&env, &opts).await,
+            Scenario::BringUp => bring_up::bring_up(&env, &opts).await,
         };
         env.cleanup().await;
         machine["load_end"] = json!(loadavg());
