@@ -113,7 +113,10 @@ fn label_changes_trigger_only_when_a_selector_answer_changes() {
     ));
     let excluded_plain = view(&labelled(node("a"), "true"));
     // No selector in use: label changes are no trigger (Go's rule).
-    assert_eq!(super::super::host_change(Some(&plain), Some(&web)), None);
+    assert_eq!(
+        crate::controllers::service::plan::host_change(Some(&plain), Some(&web)),
+        None
+    );
     assert_eq!(selector_host_change(&plain, &web, &[]), None);
     let selectors = [sel("pool=web"), sel("team")];
     assert_eq!(
