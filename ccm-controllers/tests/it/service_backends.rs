@@ -55,9 +55,14 @@ impl<'c> Nodes<'c> {
         name
     }
 
+    /// The requirement every Node of this test meets.
+    fn ours(&self) -> String {
+        format!("{LABEL}={}", self.run)
+    }
+
     /// A selector of this test's Nodes that also requires `rest`.
     fn selector(&self, rest: &str) -> String {
-        format!("{LABEL}={},{rest}", self.run)
+        format!("{},{rest}", self.ours())
     }
 
     /// The hosts of `key`'s load balancer among this test's Nodes.
@@ -302,6 +307,81 @@ async fn an_invalid_selector_leaves_the_load_balancer_as_it_is() {
     })
     .await
     .unwrap();
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// A Service of a class not served: its annotation is ignored with it (no Event, no call).
+#[tokio::test]
+async fn a_foreign_class_annotation_is_ignored() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let (running, probe) = start_probed(&cluster, &ns, &fake, test_config()).await;
+    let foreign = cluster.unique_name("foreign");
+    cluster
+        .create(
+            &load_balancer_service(&ns, &foreign)
+                .load_balancer_class("other.example/lb")
+                .annotation(ANNOTATION, "pool in ()")
+                .build(),
+        )
+        .await;
+    // A served Service created after it, ensured: the foreign one had its chance.
+    plain_service(&cluster, &ns).await;
+    running.settled().await;
+    assert!(!has_event(&cluster, &ns, &foreign, "InvalidBackendNodeSelector").await);
+    assert!(
+        probe
+            .calls()
+            .iter()
+            .all(|c| c.key != format!("{ns}/{foreign}")),
+        "no call for a foreign class"
+    );
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// With `--managed-node-selector`, the selector picks among the Nodes that are ours: a foreign
+/// Node matching it is no host until it becomes ours.
+#[tokio::test]
+async fn the_selector_picks_among_our_nodes_only() {
+    let cluster = TestCluster::start().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let mut nodes = Nodes::new(&cluster);
+    let web = nodes
+        .create("web", &[("fleet", "ours"), ("pool", "web")])
+        .await;
+    let db = nodes
+        .create("db", &[("fleet", "ours"), ("pool", "db")])
+        .await;
+    let foreign = nodes.create("foreign", &[("pool", "web")]).await;
+    let config = test_config();
+    let running = ccm_testing::harness::ControllerHarness::builder(&cluster, fake.provider())
+        .controller(
+            ccm_controllers::controllers::service::NAME,
+            move |ctx, _| ccm_controllers::controllers::service::run(ctx, config.clone()),
+        )
+        .scope(ccm_controllers::InformerScope {
+            service_namespace: Some(ns.clone()),
+            ..Default::default()
+        })
+        .flag(&format!(
+            "--managed-node-selector={}",
+            nodes.selector("fleet=ours")
+        ))
+        .start()
+        .await;
+    let selected = annotated_service(&cluster, &ns, &nodes.selector("pool=web")).await;
+    let all = plain_service(&cluster, &ns).await;
+    assert_eq!(nodes.hosts(&fake, &key(&selected)), set(&[&web]));
+    assert_eq!(nodes.hosts(&fake, &key(&all)), set(&[&web, &db]));
+    relabel(&cluster, &foreign, "fleet", Some("ours")).await;
+    wait_until("the node that became ours joins", || async {
+        nodes.hosts(&fake, &key(&selected)) == set(&[&web, &foreign])
+    })
+    .await;
     running.stop().await.unwrap();
     cluster.cleanup().await;
 }
