@@ -543,7 +543,9 @@ pub trait LoadBalancer: Send + Sync {
     /// Must be idempotent: it is called for every handled Service on every start and leader
     /// change, and on every relevant Service change. `hosts` are the eligible Nodes (not being
     /// deleted, not excluded by `node.kubernetes.io/exclude-from-external-load-balancers`, not
-    /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. They are the framework's
+    /// tainted `ToBeDeletedByClusterAutoscaler`); it may be empty. A Service annotated
+    /// `service.ccm-rs.io/backend-node-selector` gets only those its label selector matches
+    /// (the same for `update_load_balancer`). They are the framework's
     /// cached [`NodeView`]s, shared rather than copied (Go passes `[]*v1.Node` from its
     /// informer): clone a view (an `Arc`) if you need one later. A host list holds every
     /// eligible Node, 100,000 in a large cluster, which is why it is views and not k8s-openapi
@@ -603,7 +605,8 @@ pub trait LoadBalancer: Send + Sync {
 /// [`update_load_balancer_hosts`](LoadBalancerHostsBatch::update_load_balancer_hosts) does for
 /// every Service given what [`LoadBalancer::update_load_balancer`] would do with the same
 /// `hosts`: every load balancer in one call gets the same host list (the eligible Nodes at the
-/// moment of the call). It answers per Service, keyed `namespace/name`, with what
+/// moment of the call, narrowed by the Services' `service.ccm-rs.io/backend-node-selector`: a
+/// call carries Services of one selector only). It answers per Service, keyed `namespace/name`, with what
 /// `update_load_balancer` would have answered for that Service alone, and the framework treats
 /// each answer exactly so: `Ok(())` and [`CloudError::ImplementedElsewhere`] are a success,
 /// [`CloudError::Retry`] retries that Service's load balancer after its delay, any other error

@@ -35,6 +35,7 @@ mod runtime_cluster;
 mod secure_serving;
 mod service;
 mod service_accounts;
+mod service_backends;
 mod service_classes;
 mod service_conditions;
 mod service_hosts_batch;

@@ -19,6 +19,16 @@
 //! framework uses that one finalizer, so only the class says whose a Service is. The rules are
 //! in `classes.rs` and `plan::decide`.
 //!
+//! # Backends chosen per Service
+//!
+//! Beyond Go: a served Service's annotation `service.ccm-rs.io/backend-node-selector` holds a
+//! label selector (`kubectl -l` syntax, parsed as `--managed-node-selector`); its load balancer
+//! gets the eligible hosts that match it, on ensure and node sync (a hosts batch carries one
+//! selector's load balancers). Node label changes start a pass only when they move a host in or
+//! out of a selector in use. An invalid selector: Warning `InvalidBackendNodeSelector`, the
+//! condition `False` with that reason (with `--load-balancer-status-conditions`), and no cloud
+//! call for the Service. The rules are in `plan/backends.rs`; docs/controllers.md has the table.
+//!
 //! # How it works
 //!
 //! - **Service queue** (`service`, backoff 5 s → 300 s): Service adds, relevant updates

@@ -789,7 +789,9 @@ where
     }
 }
 
+mod backends;
 mod condition;
+pub(crate) use backends::*;
 pub(crate) use condition::*;
 
 #[cfg(test)]

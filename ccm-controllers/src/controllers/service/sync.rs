@@ -19,7 +19,7 @@ use super::classes::{ServedClasses, class_of, note_with_class};
 use super::cloud::{self, CallError};
 use super::metrics::{ServedClassLabels, ServiceMetrics};
 use super::patch::{self, MAX_CONFLICT_ATTEMPTS, WriteError};
-use super::plan::{self, Decision, HostKey, LoadBalancerState};
+use super::plan::{self, Decision, HostKey, LoadBalancerState, SelectorsInUse};
 use super::{EVENT_COMPONENT, NAME, QUEUE_NAME, ServiceConfig};
 use crate::machinery::budget::lanes::{Lane, in_lane};
 use crate::machinery::context::ControllerContext;
@@ -75,6 +75,9 @@ enum Step {
     Restart(Arc<Service>),
     /// The Service no longer exists; the deletion path takes over.
     Gone,
+    /// The Service's backend selector is invalid (Event and condition written): nothing to do
+    /// until the annotation changes, which queues the Service again.
+    InvalidSelector,
 }
 
 struct Reconciler {
@@ -88,6 +91,8 @@ struct Reconciler {
     entries: Mutex<HashMap<String, EntryLock>>,
     /// The eligible hosts, built once per change of the Node store (see [`HostSet`]).
     host_set: Mutex<Option<HostSet>>,
+    /// The backend selectors of the Services served, for the Node updates they make relevant.
+    selectors: Mutex<SelectorsInUse>,
     /// The provider's `update_load_balancer_hosts` answered `NotImplemented`: single calls
     /// from then on.
     hosts_batch_unsupported: AtomicBool,
@@ -136,6 +141,7 @@ pub(super) async fn run(
         metrics,
         entries: Mutex::new(HashMap::new()),
         host_set: Mutex::new(None),
+        selectors: Mutex::new(SelectorsInUse::default()),
         hosts_batch_unsupported: AtomicBool::new(false),
         config,
         ctx,
@@ -178,6 +184,16 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<S
             change = changes.recv() => change,
         };
         let Some(change) = change else { return };
+        match &change {
+            Change::Applied { new, .. } => shared.note_backends(new),
+            Change::Deleted(gone) => shared.forget_backends(gone),
+            Change::Resync => {
+                shared.selectors().clear();
+                for service in shared.ctx.services.list() {
+                    shared.note_backends(&service);
+                }
+            }
+        }
         match change {
             Change::Applied { old: None, new } => {
                 if plan::should_enqueue_add(&new, &shared.classes) {
@@ -220,6 +236,30 @@ async fn service_events(shared: Arc<Reconciler>, mut changes: Subscription<Arc<S
 }
 
 impl Reconciler {
+    fn selectors(&self) -> std::sync::MutexGuard<'_, SelectorsInUse> {
+        self.selectors.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records `service`'s backend selector among those in use (none when it is not served).
+    fn note_backends(&self, service: &Service) {
+        let selector = plan::wants_load_balancer(service, &self.classes)
+            .then(|| plan::selector_text(service))
+            .flatten()
+            .and_then(|text| plan::parse_selector(text).ok());
+        self.selectors().set(&key_of(service), selector);
+    }
+
+    fn forget_backends(&self, service: &Service) {
+        self.selectors().set(&key_of(service), None);
+    }
+
+    /// The distinct backend selectors of the Services served.
+    pub(super) fn backend_selectors(
+        &self,
+    ) -> Arc<[crate::machinery::label_selector::ManagedNodeSelector]> {
+        self.selectors().snapshot()
+    }
+
     /// Shadow mode: `service` is queued to be compared (`machinery/shadow/progress.rs`).
     fn expect_comparison(&self, service: &Service) {
         if let Some(shadow) = self.ctx.shadow() {
@@ -314,6 +354,11 @@ impl Reconciler {
             match &result {
                 Ok(()) => shadow.compared("Service", &key),
                 Err(Step::Gone) => shadow.forget_object("Service", &key),
+                Err(Step::InvalidSelector) => shadow.not_compared(
+                    "Service",
+                    &key,
+                    "its backend-node-selector annotation is invalid, so no hosts were planned",
+                ),
                 Err(_) => shadow.not_compared(
                     "Service",
                     &key,
@@ -322,7 +367,7 @@ impl Reconciler {
             }
         }
         match result {
-            Ok(()) | Err(Step::Gone) => Outcome::Done,
+            Ok(()) | Err(Step::Gone) | Err(Step::InvalidSelector) => Outcome::Done,
             Err(Step::Retry(after)) => {
                 tracing::info!(controller = NAME, %key, ?after, "provider asked to retry");
                 Outcome::RequeueAfter(after)
@@ -454,7 +499,7 @@ impl Reconciler {
         let result = match result {
             Ok(()) | Err(Step::Gone) => "success",
             Err(Step::Retry(_)) => "retry",
-            Err(Step::Failed) => "error",
+            Err(Step::Failed) | Err(Step::InvalidSelector) => "error",
             Err(Step::Restart(_)) => return,
         };
         self.metrics.operation(class_of(service), operation, result);
@@ -471,6 +516,11 @@ impl Reconciler {
         let Some(lb) = self.lb_serving(service) else {
             return Err(Step::Failed);
         };
+        // The backends first: with an invalid selector nothing is ensured, so the load
+        // balancer keeps the hosts it has.
+        if let Err(error) = self.hosts_for(service) {
+            return Err(self.invalid_selector(service, &error).await);
+        }
         self.recorder.normal(
             &**service,
             "EnsuringLoadBalancer",
@@ -489,7 +539,10 @@ impl Reconciler {
                 ));
             }
         };
-        let host_set = self.eligible_hosts();
+        let host_set = match self.hosts_for(&service) {
+            Ok(set) => set,
+            Err(error) => return Err(self.invalid_selector(&service, &error).await),
+        };
         let hosts: &[ccm_core::NodeView] = &host_set.nodes;
         if hosts.is_empty() {
             self.recorder.warning(
@@ -542,6 +595,36 @@ impl Reconciler {
         );
         self.write_status(&service, &status, &LoadBalancerState::Provisioned)
             .await
+    }
+
+    /// An invalid backend selector on `service`: a Warning Event, a log line and, with
+    /// `--load-balancer-status-conditions`, the condition `False` (the ingress as it is). No
+    /// cloud call: the load balancer keeps its hosts.
+    async fn invalid_selector(
+        &self,
+        service: &Service,
+        error: &crate::machinery::label_selector::SelectorError,
+    ) -> Step {
+        let note = plan::invalid_selector_note(error);
+        tracing::warn!(controller = NAME, service = %key_of(service), %error, "invalid backend node selector; the load balancer is left as it is");
+        self.recorder.warning(
+            service,
+            plan::REASON_INVALID_BACKEND_NODE_SELECTOR,
+            note.clone(),
+        );
+        if self.config.status_conditions {
+            let api = self.api(&service.namespace().unwrap_or_default());
+            let current = service
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.clone())
+                .unwrap_or_default();
+            let state = LoadBalancerState::InvalidBackendSelector(note);
+            if let Err(e) = patch::write_status(&api, service, &current, &state).await {
+                tracing::warn!(controller = NAME, service = %key_of(service), error = %e, "writing the load balancer's condition failed");
+            }
+        }
+        Step::InvalidSelector
     }
 
     /// The delete branch. `handled` is the Service as last handled as a load balancer (its

@@ -558,6 +558,56 @@ async fn load_balancer_hosts_that_differ_are_one_divergence_of_that_service() {
     r.cluster.cleanup().await;
 }
 
+/// A backend selector (issue 45) is dry-run as the rest: the shadow compares the hosts the
+/// selector picks with the load balancer's, and sends nothing.
+#[tokio::test]
+async fn the_hosts_a_backend_selector_picks_are_what_the_shadow_compares() {
+    let r = Reconciled::start(2).await;
+    let pick = r.cluster.unique_name("pick");
+    let label = "shadow-backends.ccm-rs.io/pick";
+    let patch = |body: Value| kube::api::Patch::Merge(body);
+    let params = kube::api::PatchParams::default();
+    r.node_api()
+        .patch(
+            &r.nodes[0],
+            &params,
+            &patch(serde_json::json!({"metadata": {"labels": {label: pick}}})),
+        )
+        .await
+        .unwrap();
+    r.services()
+        .patch(
+            &r.service,
+            &params,
+            &patch(serde_json::json!({"metadata": {"annotations": {
+                "service.ccm-rs.io/backend-node-selector": format!("{label}={pick}"),
+            }}})),
+        )
+        .await
+        .unwrap();
+    let mark = r.log_mark();
+    let shadow = ShadowRun::start(&r.cluster, &r.cloud, &[]);
+    let own = shadow
+        .wait_for("the hosts divergence", |report| {
+            let own = r.own(report);
+            own.iter()
+                .any(|d| d["field"] == "loadBalancer.hosts")
+                .then_some(own)
+        })
+        .await;
+    let d = own
+        .iter()
+        .find(|d| d["field"] == "loadBalancer.hosts")
+        .unwrap();
+    assert_eq!(d["ours"], serde_json::json!([r.nodes[0]]), "{d:#?}");
+    assert_eq!(shadow.stop().await, 0);
+    // The cloud still has both hosts; nothing was sent.
+    assert_eq!(r.cloud.load_balancers()[&r.service_key()].hosts.len(), 2);
+    r.assert_no_mutating_call();
+    r.assert_nothing_persisted(mark);
+    r.cluster.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_gone_instance_is_a_would_delete_divergence_and_the_node_stays() {
     let r = Reconciled::start(2).await;

@@ -1,8 +1,10 @@
 //! The load balancer's state in the Service's `status.conditions` (beyond Go, which reports it
 //! only in Events): the condition [`CONDITION_LOAD_BALANCER_PROVISIONED`], `True` with reason
 //! [`REASON_PROVISIONED`] once the provider ensured the load balancer, `False` with reason
-//! [`REASON_SYNC_FAILED`] and the error's message when ensuring it failed, and removed when the
-//! Service is no longer served. Pure: no I/O.
+//! [`REASON_SYNC_FAILED`] and the error's message when ensuring it failed (or with reason
+//! [`REASON_INVALID_BACKEND_NODE_SELECTOR`] when the Service's backend selector is invalid and
+//! the load balancer is left as it is), and removed when the Service is no longer served. Pure:
+//! no I/O.
 //!
 //! `status.conditions` of a Service is merged by `type` in a strategic-merge patch, so the
 //! patch names this one condition and no other writer's condition is touched.
@@ -11,6 +13,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
+use super::backends::REASON_INVALID_BACKEND_NODE_SELECTOR;
 pub(crate) use crate::machinery::shadow::fields::CONDITION_LOAD_BALANCER_PROVISIONED;
 /// Reason of the `True` condition: the provider ensured the load balancer.
 pub(crate) const REASON_PROVISIONED: &str = "Provisioned";
@@ -24,6 +27,10 @@ pub(crate) enum LoadBalancerState {
     Provisioned,
     /// Ensuring failed with this message: the condition is `False`.
     Failed(String),
+    /// The Service's backend selector is invalid (this message says why), so the load balancer
+    /// was left as it is: the condition is `False` with reason
+    /// [`REASON_INVALID_BACKEND_NODE_SELECTOR`].
+    InvalidBackendSelector(String),
     /// The Service is no longer served (or its load balancer was deleted): no condition.
     NotServed,
     /// The condition is not the controller's to write (`--load-balancer-status-conditions` off).
@@ -58,6 +65,11 @@ pub(crate) fn condition_entry(
         LoadBalancerState::Untouched => return None,
         LoadBalancerState::Provisioned => ("True", REASON_PROVISIONED, String::new()),
         LoadBalancerState::Failed(message) => ("False", REASON_SYNC_FAILED, message.clone()),
+        LoadBalancerState::InvalidBackendSelector(message) => (
+            "False",
+            REASON_INVALID_BACKEND_NODE_SELECTOR,
+            message.clone(),
+        ),
     };
     if let Some(c) = existing
         && c.status == status

@@ -775,6 +775,7 @@ fn update_failed_note_limits_names() {
     );
 }
 
+mod backends;
 mod classes;
 mod conditions;
 mod node_sync_timer;

@@ -2,11 +2,13 @@
 //! the [`NodeSyncTimer`] says when a pass runs, and a pass gives each load balancer whose
 //! eligible hosts changed its new hosts: one `update_load_balancer` each, or, with the
 //! provider's [`LoadBalancerHostsBatch`], `max_batch_size` load balancers per
-//! `update_load_balancer_hosts` call.
+//! `update_load_balancer_hosts` call. A Service with a backend selector
+//! (`plan/backends.rs`) gets the eligible hosts its selector matches; a batch carries only load
+//! balancers of one selector (one host list per call).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ccm_core::{CloudError, LoadBalancerHostsBatch, NodeView};
@@ -22,6 +24,7 @@ use crate::controllers::service::cloud::{self, CallError};
 use crate::controllers::service::metrics::ServiceMetrics;
 use crate::controllers::service::plan::{self, HostChange, HostKey, NodeSyncTimer};
 use crate::machinery::informer::{Change, Subscription};
+use crate::machinery::label_selector::SelectorError;
 use crate::machinery::ownership::Ownership;
 
 /// The eligible hosts at one generation of the Node informer, built once and shared by every
@@ -36,18 +39,64 @@ use crate::machinery::ownership::Ownership;
 #[derive(Clone)]
 pub(super) struct HostSet {
     generation: u64,
+    /// The backend selector (its text) these hosts were chosen by; `None`: every eligible host.
+    selector: Option<Arc<str>>,
     pub(super) nodes: Arc<[NodeView]>,
     pub(super) keys: Arc<[HostKey]>,
     /// The last host list compared with `keys`, and whether it was sufficiently equal: most
     /// load balancers remember the same list, so a node-sync pass over 10,000 load balancers
     /// compares each distinct list once (O(hosts)), not once per load balancer.
     compared: Arc<std::sync::Mutex<Option<Compared>>>,
+    /// The subsets of these hosts by backend selector text, built once per generation and
+    /// shared by every Service with that selector.
+    subsets: Arc<Mutex<Subsets>>,
 }
+
+/// [`HostSet`]s of one generation by backend selector text, or why the text is no selector.
+type Subsets = HashMap<Arc<str>, Result<HostSet, SelectorError>>;
 
 /// A host list compared with a [`HostSet`]'s keys, and whether it was sufficiently equal.
 type Compared = (Arc<[HostKey]>, bool);
 
 impl HostSet {
+    fn new(
+        generation: u64,
+        selector: Option<Arc<str>>,
+        nodes: Arc<[NodeView]>,
+        keys: Arc<[HostKey]>,
+    ) -> Self {
+        HostSet {
+            generation,
+            selector,
+            nodes,
+            keys,
+            compared: Arc::default(),
+            subsets: Arc::default(),
+        }
+    }
+
+    /// The hosts of these that the backend selector `text` matches, or why `text` is no
+    /// selector.
+    fn selected(&self, text: &str) -> Result<HostSet, SelectorError> {
+        let mut subsets = self.subsets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(subset) = subsets.get(text) {
+            return subset.clone();
+        }
+        let text: Arc<str> = text.into();
+        let subset = plan::parse_selector(&text).map(|selector| {
+            let nodes = plan::selected_hosts(&self.nodes, &selector);
+            let keys = plan::host_keys(&nodes);
+            HostSet::new(
+                self.generation,
+                Some(text.clone()),
+                nodes.into(),
+                keys.into(),
+            )
+        });
+        subsets.insert(text, subset.clone());
+        subset
+    }
+
     /// Whether a load balancer last given `last` has these hosts (Go's
     /// `nodesSufficientlyEqual`).
     pub(super) fn same_hosts(&self, last: &Arc<[HostKey]>) -> bool {
@@ -88,6 +137,13 @@ pub(super) async fn node_events(
             Change::Applied { old, new } => {
                 match (ours(ownership, old.as_ref()), ours(ownership, Some(new))) {
                     (None, None) => None,
+                    // A label change moves a host in or out of a backend selector: relevant
+                    // only while some Service has one.
+                    (Some(old), Some(new)) => {
+                        plan::host_change(Some(old), Some(new)).or_else(|| {
+                            plan::selector_host_change(old, new, &shared.backend_selectors())
+                        })
+                    }
                     (old, new) => plan::host_change(old, new),
                 }
             }
@@ -175,14 +231,24 @@ impl Reconciler {
             Some(p) if *p.keys == *keys => p.keys,
             _ => keys.into(),
         };
-        let set = HostSet {
-            generation,
-            nodes: hosts.into(),
-            keys,
-            compared: Arc::default(),
-        };
+        let set = HostSet::new(generation, None, hosts.into(), keys);
         *self.host_set.lock().unwrap_or_else(|e| e.into_inner()) = Some(set.clone());
         set
+    }
+
+    /// The hosts of `service`: the eligible hosts its backend selector matches (all of them
+    /// without one), or why its selector is invalid.
+    pub(super) fn hosts_for(&self, service: &Service) -> Result<HostSet, SelectorError> {
+        self.hosts_selected_by(plan::selector_text(service))
+    }
+
+    /// The eligible hosts that the backend selector `text` matches (all without one).
+    fn hosts_selected_by(&self, text: Option<&str>) -> Result<HostSet, SelectorError> {
+        let all = self.eligible_hosts();
+        match text {
+            None => Ok(all),
+            Some(text) => all.selected(text),
+        }
     }
 
     /// One node-sync pass: every load balancer whose eligible host set changed gets its new
@@ -197,11 +263,14 @@ impl Reconciler {
     pub(super) async fn node_sync_pass(self: &Arc<Self>) -> Option<Duration> {
         let started = Instant::now();
         let mut retry: Option<Duration> = None;
-        for (provider_class, keys) in self.keys_by_provider_class() {
+        for ((provider_class, selector), keys) in self.node_sync_groups() {
             let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()));
             match batch {
                 Some(batch) => {
-                    if let Some(after) = self.batched_node_sync(batch, keys).await {
+                    if let Some(after) = self
+                        .batched_node_sync(batch, selector.as_deref(), keys)
+                        .await
+                    {
                         retry = Some(retry.map_or(after, |r| r.max(after)));
                     }
                 }
@@ -214,20 +283,27 @@ impl Reconciler {
 
     /// The entries' keys grouped by the provider class serving their Service's class
     /// (`None`: a Service gone or not served, left to [`Reconciler::needs_hosts`], which
-    /// skips it).
-    fn keys_by_provider_class(&self) -> BTreeMap<Option<Option<String>>, Vec<String>> {
-        let mut groups: BTreeMap<Option<Option<String>>, Vec<String>> = BTreeMap::new();
+    /// skips it) and by their backend selector's text (`None`: every eligible host): the load
+    /// balancers one hosts batch may carry together.
+    fn node_sync_groups(&self) -> BTreeMap<NodeSyncGroup, Vec<String>> {
+        let mut groups: BTreeMap<NodeSyncGroup, Vec<String>> = BTreeMap::new();
         for key in self.entry_keys() {
-            let provider_class = key
+            let service = key
                 .split_once('/')
                 .and_then(|(namespace, name)| self.ctx.services.get_namespaced(namespace, name))
-                .filter(|s| plan::is_load_balancer(s))
-                .and_then(|s| {
-                    self.classes
-                        .provider_class(class_of(&s))
-                        .map(|c| c.map(str::to_owned))
-                });
-            groups.entry(provider_class).or_default().push(key);
+                .filter(|s| plan::is_load_balancer(s));
+            let provider_class = service.as_ref().and_then(|s| {
+                self.classes
+                    .provider_class(class_of(s))
+                    .map(|c| c.map(str::to_owned))
+            });
+            let selector = service
+                .as_ref()
+                .and_then(|s| plan::selector_text(s).map(str::to_owned));
+            groups
+                .entry((provider_class, selector))
+                .or_default()
+                .push(key);
         }
         groups
     }
@@ -247,7 +323,7 @@ impl Reconciler {
     /// `None` without the batch capability (one call per load balancer).
     fn batched_pass_calls(&self) -> Option<usize> {
         let mut calls = 0;
-        for (provider_class, keys) in self.keys_by_provider_class() {
+        for ((provider_class, _), keys) in self.node_sync_groups() {
             // Entries of Services without a load balancer can only make the count larger:
             // the old, widening behaviour.
             let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()))?;
@@ -274,8 +350,15 @@ impl Reconciler {
         };
         {
             let mut entry = entry.lock().await;
-            let host_set = self.eligible_hosts();
-            if let Some(service) = self.needs_hosts(key, &entry, &host_set) {
+            // The hosts of the Service's selector as cached now; [`Self::needs_hosts`] checks
+            // it is still the Service's. An invalid one: no call, the hosts stay as they are.
+            let selector = key
+                .split_once('/')
+                .and_then(|(namespace, name)| self.ctx.services.get_namespaced(namespace, name))
+                .and_then(|s| plan::selector_text(&s).map(str::to_owned));
+            if let Ok(host_set) = self.hosts_selected_by(selector.as_deref())
+                && let Some(service) = self.needs_hosts(key, &entry, &host_set)
+            {
                 self.update_hosts(key, &mut entry, &service, &host_set)
                     .await;
             }
@@ -301,6 +384,9 @@ impl Reconciler {
         if service.metadata.uid != handled.metadata.uid
             || !plan::wants_load_balancer(&service, &self.classes)
             || plan::is_being_deleted(&service)
+            // Its backend selector changed since `host_set` was chosen: that Service update
+            // queued a full sync, which passes the hosts of the new selector.
+            || plan::selector_text(&service) != host_set.selector.as_deref()
         {
             return None;
         }
@@ -410,13 +496,15 @@ impl Reconciler {
     async fn batched_node_sync(
         self: &Arc<Self>,
         batch: &dyn LoadBalancerHostsBatch,
+        selector: Option<&str>,
         keys: Vec<String>,
     ) -> Option<Duration> {
         let max = batch.max_batch_size().max(1);
         let mut busy = Vec::new();
         let mut keys = keys.into_iter().peekable();
         while keys.peek().is_some() {
-            let host_set = self.eligible_hosts();
+            // An invalid selector: no call, these load balancers keep their hosts.
+            let host_set = self.hosts_selected_by(selector).ok()?;
             let mut held = Vec::new();
             for key in keys.by_ref() {
                 let Some(entry) = self.entries().get(&key).cloned() else {
@@ -444,7 +532,10 @@ impl Reconciler {
             // The hosts as of the call: when the Nodes changed while the batch was put
             // together, a load balancer that has the new hosts already is left out (checked
             // again only then: comparing host sets is O(hosts) per load balancer).
-            let fresh = self.eligible_hosts();
+            let Ok(fresh) = self.hosts_selected_by(selector) else {
+                self.release_held(held);
+                return None;
+            };
             let host_set = if fresh.generation == host_set.generation {
                 host_set
             } else {
@@ -555,6 +646,10 @@ impl Reconciler {
             .await;
     }
 }
+
+/// The load balancers one hosts batch may carry together: the provider class serving their
+/// class (see [`Reconciler::node_sync_groups`]) and their backend selector's text.
+type NodeSyncGroup = (Option<Option<String>>, Option<String>);
 
 /// A load balancer locked for a batch of host updates.
 struct Held {
