@@ -38,6 +38,7 @@ mod service_accounts;
 mod service_classes;
 mod service_conditions;
 mod service_hosts_batch;
+mod service_ip_mode;
 mod service_leaks;
 mod service_nodes;
 mod shadow;

@@ -790,7 +790,9 @@ where
 }
 
 mod condition;
+mod ip_mode;
 pub(crate) use condition::*;
+pub(crate) use ip_mode::*;
 
 #[cfg(test)]
 mod tests;
