@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use aws_credential_types::Credentials;
 use aws_sdk_elasticloadbalancingv2::types::LoadBalancerSchemeEnum;
 use ccm_core::{
-    BoxError, CloudProvider, InstancesBatch, InstancesV2, IpModes, LoadBalancer, LoadBalancerClasses,
-    LoadBalancerHostsBatch, Routes, register_cloud_provider,
+    BoxError, CloudProvider, InstancesBatch, InstancesV2, IpModes, LoadBalancer,
+    LoadBalancerClasses, LoadBalancerHostsBatch, Routes, register_cloud_provider,
 };
 
 pub mod clients;

@@ -313,7 +313,10 @@ async fn an_nlbs_hostname_ingress_has_no_ip_mode_and_proxy_is_refused() {
     assert!(!ingress.is_empty());
     for entry in &ingress {
         assert!(entry.hostname.is_some() && entry.ip.is_none(), "{entry:?}");
-        assert_eq!(entry.ip_mode, None, "a hostname entry carries no ipMode: {entry:?}");
+        assert_eq!(
+            entry.ip_mode, None,
+            "a hostname entry carries no ipMode: {entry:?}"
+        );
     }
     let events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(s.cluster.client(), &s.namespace);
