@@ -59,6 +59,13 @@ mkdir -p "$work/current" "$work/base"
 git worktree add --quiet --detach "$work/baseline" "$baseline"
 for crate in "${crates[@]}"; do
     rustdoc_json "$work/baseline" "$crate" "$work/base"
+done
+# Both sides' crates get the same artifact names (cargo's metadata hash of a workspace member
+# leaves out its path), and cargo judges them fresh by mtime: current sources older than the
+# baseline's artifacts (a checkout made before the baseline build) would be documented against
+# the baseline's ccm-core. Newer sources make cargo rebuild them.
+find "${crates[@]}" -name '*.rs' -exec touch {} +
+for crate in "${crates[@]}"; do
     rustdoc_json "$root" "$crate" "$work/current"
 done
 

@@ -174,6 +174,7 @@
 mod classes;
 mod error;
 mod helpers;
+mod ip_mode;
 mod node_view;
 mod provider;
 pub mod registry;
@@ -186,6 +187,7 @@ pub use helpers::{
     SourceRangeError, default_load_balancer_name, health_check_path_port, is_allow_all,
     load_balancer_source_ranges, needs_health_check, requests_only_local_traffic,
 };
+pub use ip_mode::{ANNOTATION_IP_MODE, IpMode, IpModes};
 pub use node_view::{NodeView, NodeViewCondition, NodeViewInterner};
 pub use provider::{
     CloudProvider, CloudResult, Clusters, InitContext, Instances, InstancesBatch, InstancesV2,

@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 #[cfg(doc)]
 use crate::InstanceAnswer;
 use crate::{
-    CloudError, InstanceAnswers, InstanceMetadata, LoadBalancerClasses, LoadBalancerHostsAnswers,
-    LoadBalancerStatus, NodeAddress, NodeView, Route, Service, Zone,
+    CloudError, InstanceAnswers, InstanceMetadata, IpModes, LoadBalancerClasses,
+    LoadBalancerHostsAnswers, LoadBalancerStatus, NodeAddress, NodeView, Route, Service, Zone,
 };
 
 /// The result of every provider method.
@@ -235,6 +235,18 @@ pub trait CloudProvider: Send + Sync + 'static {
     fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {
         let _ = class;
         self.load_balancer()
+    }
+
+    /// The `ipMode` of the ingress points of one declared class's load balancers
+    /// (`None`: Services without a class), see [`IpModes`]: the mode the framework writes on
+    /// ingress entries with an `ip` when the status from
+    /// [`ensure_load_balancer`](LoadBalancer::ensure_load_balancer) gives none, and whether a
+    /// Service may ask for `Proxy` with [`ANNOTATION_IP_MODE`](crate::ANNOTATION_IP_MODE).
+    /// Defaults to [`IpModes::vip`]: `VIP` only, Kubernetes' default. Called with an entry of
+    /// [`load_balancer_classes`](CloudProvider::load_balancer_classes), on every ensure.
+    fn load_balancer_ip_modes(&self, class: Option<&str>) -> IpModes {
+        let _ = class;
+        IpModes::vip()
     }
 
     /// The hosts batch of one declared class's implementation (see

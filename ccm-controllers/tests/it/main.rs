@@ -39,6 +39,7 @@ mod service_backends;
 mod service_classes;
 mod service_conditions;
 mod service_hosts_batch;
+mod service_ip_mode;
 mod service_leaks;
 mod service_nodes;
 mod shadow;

@@ -435,6 +435,18 @@ pub enum Check {
     /// and one whose implementation does not work leaves every Service of the class without
     /// its load balancer (Go has no classes: §4.2 serves Services without a class only).
     LoadBalancerClassesDeclared,
+    /// The `ipMode`s of the input Service's load balancer are ones the API server accepts and
+    /// the provider declares: `load_balancer_ip_modes` of the Service's class allows its own
+    /// default, and every ingress entry `ensure_load_balancer` returns with an `ipMode` has an
+    /// `ip`, a mode of `VIP` or `Proxy`, and one the class declares (its default or an allowed
+    /// mode).
+    ///
+    /// Why: KEP-1860, the API server rejects an `ipMode` other than `VIP`/`Proxy` and one on an
+    /// entry without an `ip`: the whole status write fails and the Service never shows its
+    /// load balancer. A load balancer that proxies but says `VIP` (or the reverse) makes
+    /// kube-proxy route in-cluster traffic past it (or through it for nothing). Go passes the
+    /// provider's status through unchecked.
+    LoadBalancerIngressIpModesValid,
 }
 
 impl Check {
@@ -464,6 +476,7 @@ impl Check {
         Check::BatchMaxSizeHonoured,
         Check::LoadBalancerHostsBatchAgreesWithUpdate,
         Check::LoadBalancerClassesDeclared,
+        Check::LoadBalancerIngressIpModesValid,
     ];
 
     /// The check's snake_case name, as shown in the report.
@@ -505,6 +518,7 @@ impl Check {
                 "load_balancer_hosts_batch_agrees_with_update"
             }
             Check::LoadBalancerClassesDeclared => "load_balancer_classes_declared",
+            Check::LoadBalancerIngressIpModesValid => "load_balancer_ingress_ip_modes_valid",
         }
     }
 

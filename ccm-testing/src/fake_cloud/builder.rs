@@ -134,6 +134,16 @@ impl FakeCloudBuilder {
         self
     }
 
+    /// The `ipMode`s of one declared class (`-`: Services without a class):
+    /// `vip`, `proxy` or `vip_or_proxy_on_request` (see
+    /// [`FakeCloudConfig::load_balancer_ip_modes`]).
+    pub fn load_balancer_ip_modes(mut self, class: &str, modes: &str) -> Self {
+        self.config
+            .load_balancer_ip_modes
+            .insert(class.to_owned(), modes.to_owned());
+        self
+    }
+
     /// Offer [`LoadBalancerHostsBatch`](ccm_core::LoadBalancerHostsBatch) or not (default
     /// off; it needs `load_balancer`).
     pub fn load_balancer_hosts_batch(mut self, on: bool) -> Self {

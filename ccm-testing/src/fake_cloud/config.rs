@@ -123,6 +123,13 @@ pub struct FakeCloudConfig {
     /// else a class name. Default `["-"]`: Services without a class only, as Go. One
     /// implementation serves them all; the class of each load balancer is kept in its state.
     pub load_balancer_classes: Vec<String>,
+    /// The `ipMode` of each declared class's ingress points
+    /// ([`CloudProvider::load_balancer_ip_modes`](ccm_core::CloudProvider::load_balancer_ip_modes)),
+    /// keyed as in `load_balancer_classes` (`-`: Services without a class): `vip` (`VIP` only),
+    /// `proxy` (`Proxy` only) or `vip_or_proxy_on_request` (`VIP`, `Proxy` when the Service
+    /// asks with `service.ccm-rs.io/ip-mode`). A class not listed is `vip`. The fake cloud's
+    /// ingress entries carry no `ipMode` of their own. Default empty.
+    pub load_balancer_ip_modes: BTreeMap<String, String>,
     /// The most Nodes one `describe_instances` call, and the most Services one
     /// `update_load_balancer_hosts` call, accepts (default 100); a larger batch fails.
     pub max_batch_size: usize,
@@ -171,6 +178,7 @@ impl Default for FakeCloudConfig {
             clusters: vec!["kubernetes".into()],
             capabilities: Capabilities::default(),
             load_balancer_classes: vec![NO_CLASS.into()],
+            load_balancer_ip_modes: BTreeMap::new(),
             max_batch_size: 100,
             quota: QuotaConfig::default(),
             call_log_limit: DEFAULT_CALL_LOG_LIMIT,
@@ -542,6 +550,16 @@ pub enum FakeCloudConfigError {
         "fake cloud config: load_balancer_classes: {0} (write \"-\" for Services without a class)"
     )]
     InvalidLoadBalancerClass(ccm_core::LoadBalancerClassError),
+    /// A `load_balancer_ip_modes` value is not `vip`, `proxy` or `vip_or_proxy_on_request`.
+    #[error(
+        "fake cloud config: load_balancer_ip_modes: {class}: {value:?} is not vip, proxy or vip_or_proxy_on_request"
+    )]
+    InvalidIpModes {
+        /// The class key (`-`: no class).
+        class: String,
+        /// The value given.
+        value: String,
+    },
     /// `lb_ip_range` is not a CIDR.
     #[error("fake cloud config: lb_ip_range {0:?} is not a CIDR (e.g. 203.0.113.0/24)")]
     InvalidLbIpRange(String),
@@ -608,6 +626,24 @@ impl FakeCloudConfig {
         Ok(classes)
     }
 
+    /// The `ipMode`s of the declared class `class` (`None`: no class), from
+    /// `load_balancer_ip_modes`.
+    pub fn load_balancer_ip_modes_of(
+        &self,
+        class: Option<&str>,
+    ) -> Result<ccm_core::IpModes, FakeCloudConfigError> {
+        let key = class.unwrap_or(NO_CLASS);
+        match self.load_balancer_ip_modes.get(key).map(String::as_str) {
+            None | Some("vip") => Ok(ccm_core::IpModes::vip()),
+            Some("proxy") => Ok(ccm_core::IpModes::proxy()),
+            Some("vip_or_proxy_on_request") => Ok(ccm_core::IpModes::vip_or_proxy_on_request()),
+            Some(other) => Err(FakeCloudConfigError::InvalidIpModes {
+                class: key.to_owned(),
+                value: other.to_owned(),
+            }),
+        }
+    }
+
     /// Checks the configuration: regular expressions compile, operation names exist, `lb_ip` is
     /// an IP address, probabilities are in range.
     pub fn validate(&self) -> Result<(), FakeCloudConfigError> {
@@ -670,6 +706,9 @@ impl FakeCloudConfig {
             return Err(FakeCloudConfigError::InvalidMaxBatchSize);
         }
         self.declared_load_balancer_classes()?;
+        for class in self.load_balancer_ip_modes.keys() {
+            self.load_balancer_ip_modes_of(Some(class.as_str()).filter(|c| *c != NO_CLASS))?;
+        }
         let rates = self
             .quota
             .overall

@@ -123,6 +123,8 @@
 //! track_node_addresses: true     # list_routes sets enable_node_addresses (default false)
 //! clusters: [prod]               # answered by list_clusters (default [kubernetes])
 //! load_balancer_classes: ["-", fake.example/internal] # "-": no class (default ["-"])
+//! load_balancer_ip_modes:        # ipMode per class: vip (default), proxy, vip_or_proxy_on_request
+//!   fake.example/internal: vip_or_proxy_on_request
 //! capabilities:                  # switch capabilities on and off (defaults shown)
 //!   instances_v2: true
 //!   instances: true              # legacy v1 Instances (default false)

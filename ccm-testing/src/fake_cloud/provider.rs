@@ -143,6 +143,14 @@ impl CloudProvider for FakeCloud {
             .unwrap_or_default()
     }
 
+    fn load_balancer_ip_modes(&self, class: Option<&str>) -> ccm_core::IpModes {
+        // Checked when the cloud was built (`FakeCloudConfig::validate`).
+        self.inner
+            .config
+            .load_balancer_ip_modes_of(class)
+            .unwrap_or_default()
+    }
+
     fn load_balancer_hosts_batch(&self) -> Option<&dyn LoadBalancerHostsBatch> {
         let caps = &self.inner.config.capabilities;
         (caps.load_balancer && caps.load_balancer_hosts_batch)

@@ -142,6 +142,8 @@ fn every_check_has_a_broken_provider() {
         Check::LoadBalancerHostsBatchAgreesWithUpdate,
         // Its broken declarations are in classes.rs.
         Check::LoadBalancerClassesDeclared,
+        // Its broken providers are in ip_modes.rs.
+        Check::LoadBalancerIngressIpModesValid,
     ];
     assert_eq!(
         covered.iter().collect::<BTreeSet<_>>(),

@@ -7,6 +7,7 @@ mod batch;
 mod broken;
 mod broken_provider;
 mod classes;
+mod ip_modes;
 mod load_balancer_batch;
 mod suite;
 mod support;

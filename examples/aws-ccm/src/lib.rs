@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use aws_credential_types::Credentials;
 use aws_sdk_elasticloadbalancingv2::types::LoadBalancerSchemeEnum;
 use ccm_core::{
-    BoxError, CloudProvider, InstancesBatch, InstancesV2, LoadBalancer, LoadBalancerClasses,
-    LoadBalancerHostsBatch, Routes, register_cloud_provider,
+    BoxError, CloudProvider, InstancesBatch, InstancesV2, IpModes, LoadBalancer,
+    LoadBalancerClasses, LoadBalancerHostsBatch, Routes, register_cloud_provider,
 };
 
 pub mod clients;
@@ -192,6 +192,14 @@ impl CloudProvider for AwsCloud {
                     Some(class) => classes.with_class(class),
                 }
             })
+    }
+
+    /// `VIP` only, for every class: an NLB with instance targets forwards packets keeping the
+    /// client's IP (it does not proxy), and a `service.ccm-rs.io/ip-mode: Proxy` annotation is
+    /// refused (a Warning Event `IPModeNotAllowed`). Its ingress entries are the NLB's DNS name
+    /// (a hostname, no IP), which carry no `ipMode` at all: the API server rejects one there.
+    fn load_balancer_ip_modes(&self, _class: Option<&str>) -> IpModes {
+        IpModes::vip()
     }
 
     fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {

@@ -278,6 +278,69 @@ async fn a_load_balancer_service_gets_an_nlb_that_follows_its_nodes_and_goes_wit
     s.cluster.cleanup().await;
 }
 
+/// ipMode (KEP-1860): an NLB with instance targets keeps the client's IP, so aws-ccm declares
+/// `VIP` only; its ingress entries are the NLB's DNS name (a hostname, no IP), which carry no
+/// `ipMode` (the API server rejects one there). A Service asking for `Proxy` is refused with a
+/// Warning Event `IPModeNotAllowed` and still gets its load balancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nlbs_hostname_ingress_has_no_ip_mode_and_proxy_is_refused() {
+    let s = Scenario::start("aws-ipmode").await;
+    let instances = s.world.launch(1).await;
+    s.initialised_node(&instances[0], true).await;
+    let harness = s.harness().service().start().await;
+    assert!(
+        !s.world
+            .cloud
+            .load_balancer_ip_modes(None)
+            .allows(ccm_core::IpMode::Proxy)
+    );
+
+    let name = s.cluster.unique_name("proxied");
+    let service = load_balancer_service(&s.namespace, &name)
+        .annotation(ccm_core::ANNOTATION_IP_MODE, "Proxy")
+        .build();
+    s.cluster.create(&service).await;
+    let services: Api<Service> = Api::namespaced(s.cluster.client(), &s.namespace);
+    let service = wait_for(&services, &name, WAIT, has_hostname)
+        .await
+        .unwrap();
+    let ingress = service
+        .status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.clone())
+        .unwrap_or_default();
+    assert!(!ingress.is_empty());
+    for entry in &ingress {
+        assert!(entry.hostname.is_some() && entry.ip.is_none(), "{entry:?}");
+        assert_eq!(
+            entry.ip_mode, None,
+            "a hostname entry carries no ipMode: {entry:?}"
+        );
+    }
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.cluster.client(), &s.namespace);
+    let refused = eventually(WAIT, || async {
+        events
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("IPModeNotAllowed")
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(name.as_str())
+                })
+            })
+            .unwrap_or(false)
+    })
+    .await;
+    assert!(refused, "no Warning IPModeNotAllowed on {name}");
+    delete_service(&services, &name).await;
+    harness.stop().await.unwrap();
+    s.cluster.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_internal_class_gets_an_internal_nlb_and_a_foreign_class_is_left_alone() {
     let s = Scenario::start("aws-class").await;

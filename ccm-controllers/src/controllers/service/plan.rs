@@ -791,8 +791,10 @@ where
 
 mod backends;
 mod condition;
+mod ip_mode;
 pub(crate) use backends::*;
 pub(crate) use condition::*;
+pub(crate) use ip_mode::*;
 
 #[cfg(test)]
 mod tests;

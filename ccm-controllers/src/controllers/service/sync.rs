@@ -593,6 +593,7 @@ impl Reconciler {
             "EnsuredLoadBalancer",
             note_with_class("Ensured load balancer", &service),
         );
+        let status = self.with_ip_modes(&service, status);
         self.write_status(&service, &status, &LoadBalancerState::Provisioned)
             .await
     }
@@ -701,6 +702,22 @@ impl Reconciler {
             Err(Step::Gone) => Ok(()),
             other => other,
         }
+    }
+
+    /// `status` as the provider returned it, with the `ipMode` of each entry set by the rule
+    /// of [`plan::with_ip_modes`]; a refused `service.ccm-rs.io/ip-mode` annotation is a
+    /// Warning Event.
+    fn with_ip_modes(&self, service: &Service, status: LoadBalancerStatus) -> LoadBalancerStatus {
+        let Some(class) = self.classes.provider_class(class_of(service)) else {
+            return status;
+        };
+        let modes = self.ctx.cloud.load_balancer_ip_modes(class);
+        let request = plan::ip_mode_request(service, modes);
+        if let plan::IpModeRequest::Refused(note) = &request {
+            self.recorder
+                .warning(service, plan::REASON_IP_MODE_NOT_ALLOWED, note.clone());
+        }
+        plan::with_ip_modes(status, &request, modes)
     }
 
     /// Writes `status.loadBalancer.ingress` through the status subresource when it changed.

@@ -231,6 +231,10 @@ impl CloudProvider for BudgetedProvider {
         self.inner.load_balancer_classes()
     }
 
+    fn load_balancer_ip_modes(&self, class: Option<&str>) -> ccm_core::IpModes {
+        self.inner.load_balancer_ip_modes(class)
+    }
+
     fn load_balancer_for_class(&self, class: Option<&str>) -> Option<&dyn LoadBalancer> {
         let cap = self.class_cap(class)?;
         cap.lb().map(|_| cap as &dyn LoadBalancer)

@@ -64,9 +64,11 @@ async fn service_table() {
                         {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER_LOAD_BALANCER_CLEANUP]},
                     ]),
                 ),
+                // Differs from Go: an explicit ipMode (the provider's class default, VIP),
+                // what the API server would default anyway (docs/controllers.md).
                 write(
                     "patch services/status web",
-                    json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.1"}]}}}),
+                    json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.1", "ipMode": "VIP"}]}}}),
                 ),
             ],
         },

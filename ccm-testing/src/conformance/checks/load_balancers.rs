@@ -325,3 +325,42 @@ pub(super) async fn classes_declared(ctx: &mut Ctx<'_>) -> Step {
     }
     Ok(())
 }
+
+pub(super) async fn ip_modes_valid(ctx: &mut Ctx<'_>) -> Step {
+    let (_, svc) = ctx.lb()?;
+    let class = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_class.as_deref());
+    let modes = ctx.provider().load_balancer_ip_modes(class);
+    if !modes.allows(modes.default_mode()) {
+        return Err(fail(
+            format!("load_balancer_ip_modes({class:?}) to allow its own default mode"),
+            format!("{modes:?}"),
+        ));
+    }
+    let hosts = ctx.nodes()?;
+    let status = ctx.ensure(hosts).await?;
+    for (i, entry) in status.ingress.iter().flatten().enumerate() {
+        let Some(mode) = entry.ip_mode.as_deref() else {
+            continue;
+        };
+        let has_ip = entry.ip.as_deref().is_some_and(|ip| !ip.is_empty());
+        let expected = match ccm_core::IpMode::parse(mode) {
+            None => "an ipMode of VIP or Proxy (the API server rejects any other)",
+            Some(_) if !has_ip => "no ipMode on an entry without an ip (the API server rejects it)",
+            Some(m) if m != modes.default_mode() && !modes.allows(m) => {
+                "an ipMode the class's load_balancer_ip_modes declares (its default or an allowed one)"
+            }
+            Some(_) => continue,
+        };
+        return Err(fail(
+            format!(
+                "ensure_load_balancer of {} to return, in ingress[{i}], {expected}",
+                service_ref(svc)
+            ),
+            format!("{entry:?}; declared {modes:?}"),
+        ));
+    }
+    Ok(())
+}

@@ -591,5 +591,6 @@ pub(super) async fn run(check: Check, ctx: &mut Ctx<'_>) -> Step {
             load_balancers::hosts_batch_agrees_with_update(ctx).await
         }
         Check::LoadBalancerClassesDeclared => load_balancers::classes_declared(ctx).await,
+        Check::LoadBalancerIngressIpModesValid => load_balancers::ip_modes_valid(ctx).await,
     }
 }

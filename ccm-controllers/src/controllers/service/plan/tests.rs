@@ -778,4 +778,5 @@ fn update_failed_note_limits_names() {
 mod backends;
 mod classes;
 mod conditions;
+mod ip_mode;
 mod node_sync_timer;
