@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use crate::ccm::{Ccm, diff};
 use crate::cli::Opts;
 use crate::environment::{
-    Env, Progress, Shared, create_nodes, create_services, lock, observe, secs, wait_until,
+    Env, Progress, Shared, create_nodes, create_services, lock, observe,
+    register_control_plane_nodes, secs, wait_until,
 };
 use crate::objects::NodeKind;
 use crate::report::{Report, api_figures, percentile};
@@ -25,21 +26,7 @@ pub(crate) async fn bring_up(env: &Env, opts: &Opts) -> Report {
     env.create_namespace().await;
     let ccm = Ccm::start(env, opts, false).await;
     // The control-plane Nodes (the CCM runs on one) registered and initialised first.
-    if cp > 0 {
-        let cp_track: Shared = Arc::default();
-        create_nodes(
-            env,
-            &cp_track,
-            n..n + cp,
-            |_| NodeKind::Tainted,
-            opts.node_pace(),
-        )
-        .await;
-        wait_until("the control-plane nodes initialised", opts.timeout, || {
-            lock(&track).node_initialised.len() >= cp
-        })
-        .await;
-    }
+    register_control_plane_nodes(env, &track, opts).await;
     if opts.without_node_burst {
         let t = track.clone();
         let _p = Progress::start("setup", move || {

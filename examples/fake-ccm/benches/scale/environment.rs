@@ -493,3 +493,30 @@ pub(crate) fn watch_events(env: &Env) -> (OwnThread, LastEvent) {
     });
     (thread, last)
 }
+
+/// Registers `opts.control_plane_nodes` tainted Nodes after the run's `n` and waits until
+/// `track`'s observer sees them initialised (by the CCM or the floor), as a cluster's control
+/// plane is before its workers join. They are not in `track`'s created Nodes.
+pub(crate) async fn register_control_plane_nodes(
+    env: &Env,
+    track: &Shared,
+    opts: &crate::cli::Opts,
+) {
+    let (n, cp) = (opts.nodes, opts.control_plane_nodes);
+    if cp == 0 {
+        return;
+    }
+    let cp_track: Shared = Arc::default();
+    create_nodes(
+        env,
+        &cp_track,
+        n..n + cp,
+        |_| NodeKind::Tainted,
+        opts.node_pace(),
+    )
+    .await;
+    wait_until("the control-plane nodes initialised", opts.timeout, || {
+        lock(track).node_initialised.len() >= cp
+    })
+    .await;
+}

@@ -19,7 +19,8 @@ use serde_json::json;
 use crate::ccm::{Ccm, Metrics, diff};
 use crate::cli::Opts;
 use crate::environment::{
-    Env, OwnThread, Progress, Shared, create_nodes, lock, observe, secs, wait_until, watch_events,
+    Env, OwnThread, Progress, Shared, create_nodes, lock, observe, register_control_plane_nodes,
+    secs, wait_until, watch_events,
 };
 use crate::objects::NodeKind;
 use crate::report::{Report, api_figures, event_figures, percentile};
@@ -46,21 +47,7 @@ pub(crate) async fn node_burst(env: &Env, opts: &Opts, floor: bool) -> Report {
     // The control-plane Nodes first, initialised (by the CCM, or the floor) before the burst;
     // the observer counts them among the initialised, the burst's figures do not.
     let cp = opts.control_plane_nodes;
-    if cp > 0 {
-        let cp_track: Shared = Arc::default();
-        create_nodes(
-            env,
-            &cp_track,
-            n..n + cp,
-            |_| NodeKind::Tainted,
-            opts.node_pace(),
-        )
-        .await;
-        wait_until("the control-plane nodes initialised", opts.timeout, || {
-            lock(&track).node_initialised.len() >= cp
-        })
-        .await;
-    }
+    register_control_plane_nodes(env, &track, opts).await;
     let before = match &ccm {
         Some(c) => c.metrics().await,
         None => Metrics::default(),
