@@ -15,6 +15,7 @@ use ccm_controllers::controllers::service::ServiceConfig;
 use ccm_core::CloudProvider;
 use ccm_core::well_known::{
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER,
+    TAINT_UNINITIALIZED,
 };
 use ccm_testing::TestCluster;
 use ccm_testing::builders::{kubelet_node, load_balancer_service};
@@ -564,6 +565,72 @@ async fn a_trickle_of_joins_costs_each_lb_one_update_per_widening_window() {
             (1..=4).contains(&updates),
             "{k}: {updates} updates for 5 joins"
         );
+    }
+    running.stop().await.unwrap();
+    cluster.cleanup().await;
+}
+
+/// Issue 43: while one of our Nodes awaits its initialisation, joins are held for it (up to the
+/// largest window), and the pass runs as soon as none awaits: one update for the joins of a
+/// bring-up instead of one per widened window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_wait_for_the_nodes_awaiting_initialisation() {
+    let cluster = TestCluster::start_exclusive().await;
+    let ns = cluster.namespace().await;
+    let fake = FakeCloud::default();
+    let (running, probe) = start_probed(&cluster, &ns, &fake, widening(200, 5000)).await;
+    let keys = lb_services(&cluster, &ns, 2).await;
+    // A kubelet registers (tainted until initialised), another Node joins initialised.
+    let awaiting = cluster.unique_name("awaiting");
+    cluster
+        .create(
+            &kubelet_node(&awaiting)
+                .provider_id(&format!("fake://{awaiting}"))
+                .build(),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let joined = cluster.unique_name("joined");
+    cluster
+        .create(
+            &kubelet_node(&joined)
+                .provider_id(&format!("fake://{joined}"))
+                .without_uninitialized_taint()
+                .build(),
+        )
+        .await;
+    // Past the base and the first widened window: nothing yet, a Node still awaits.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    for k in &keys {
+        assert_eq!(
+            probe.count("update_load_balancer", k),
+            0,
+            "{k}: updated while a Node awaits its initialisation"
+        );
+    }
+    // Initialised: the pass runs at once, with both.
+    let initialised = std::time::Instant::now();
+    let taints = nodes(&cluster).get(&awaiting).await.unwrap().spec.unwrap().taints;
+    assert!(
+        taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == TAINT_UNINITIALIZED)
+    );
+    patch_node(&cluster, &awaiting, json!({"spec": {"taints": []}})).await;
+    let both = [awaiting.clone(), joined.clone()];
+    let expect: BTreeSet<String> = both.iter().cloned().collect();
+    wait_until("both hosts on every load balancer", || async {
+        keys.iter().all(|k| our_hosts(&fake, k, &both) == expect)
+    })
+    .await;
+    assert!(
+        initialised.elapsed() < Duration::from_secs(3),
+        "the pass waited {:?} after the last initialisation",
+        initialised.elapsed()
+    );
+    for k in &keys {
+        assert_eq!(probe.count("update_load_balancer", k), 1, "{k}: one update");
     }
     running.stop().await.unwrap();
     cluster.cleanup().await;

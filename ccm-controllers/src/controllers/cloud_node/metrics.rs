@@ -1,6 +1,7 @@
 //! Metrics of the cloud-node controller.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use ccm_core::well_known::TAINT_UNINITIALIZED;
@@ -40,7 +41,7 @@ pub(crate) struct CloudNodeMetrics {
     reconciles: Family<ReconcileLabels, Counter>,
     durations: Family<KindLabel, Histogram>,
     cloud_labels: Family<CloudLabel, Counter>,
-    init_write_limit: Gauge,
+    init_write_limit: Gauge<f64, AtomicU64>,
 }
 
 /// Labels of the counter of labels brought in step with the cloud.
@@ -63,7 +64,7 @@ impl CloudNodeMetrics {
             initial_sync_delay: Histogram::new(delay_buckets()),
             reconciles: Family::default(),
             cloud_labels: Family::default(),
-            init_write_limit: Gauge::default(),
+            init_write_limit: Gauge::<f64, AtomicU64>::default(),
             durations: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 4.0, 10))
             }),
@@ -95,14 +96,14 @@ impl CloudNodeMetrics {
         );
         registry.register(
             "node_controller_initialization_writes_limit",
-            "Node initialisations allowed to write at once: --concurrent-node-syncs while the API server answers the controller's writes at its usual latency, fewer (down to 1) while they queue, so that Node registrations go first.",
+            "Node initialisations allowed to write at once: --concurrent-node-syncs while the API server answers the controller's writes at its usual latency, fewer while they queue, so that Node registrations go first; below 1, one at a time for that share of the time (down to 1/16).",
             m.init_write_limit.clone(),
         );
         m
     }
 
     /// The gauge of the initialisations' write limit (set by their `WritePacer`).
-    pub(crate) fn init_write_limit(&self) -> Gauge {
+    pub(crate) fn init_write_limit(&self) -> Gauge<f64, AtomicU64> {
         self.init_write_limit.clone()
     }
 

@@ -54,7 +54,9 @@
 //!   alone wait for a window that widens up to [`ServiceConfig::node_sync_max_window`] while
 //!   Nodes keep joining (`plan::NodeSyncTimer`), unless the provider's hosts batch carries
 //!   every load balancer in at most 3 calls (then each join gets a pass within the base window;
-//!   joins within one window share it). A pass
+//!   joins within one window share it). While some of this CCM's Nodes await their
+//!   initialisation (uninitialised taint), additions wait for them, up to the largest window
+//!   (`plan::NodeSyncTimer::joining`). A pass
 //!   gives each load balancer whose eligible host set changed since it was last synced
 //!   (`plan::nodes_sufficiently_equal`) exactly one `update_load_balancer`, on
 //!   [`ServiceConfig::workers`] parallel workers, or, when the provider offers

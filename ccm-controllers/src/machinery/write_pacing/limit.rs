@@ -18,7 +18,8 @@ pub(crate) struct CongestionRule {
     /// See `factor`.
     pub(crate) floor: Duration,
     /// Weight of the newest write in the recent latency (an exponentially weighted average;
-    /// 1 takes each write alone).
+    /// 1 takes each write alone). Below one write in flight the recent latency is the slower
+    /// of the last two writes instead.
     pub(crate) smoothing: f64,
     /// At most one halving per this long, or per the recent latency when longer (the writes
     /// already in flight when the queue formed report it too, and must count once).
@@ -32,6 +33,13 @@ pub(crate) struct CongestionRule {
     /// The limit at start (at most the writer's maximum): a writer that starts low finds its
     /// pace by climbing, so that the first burst does not meet it at full width.
     pub(crate) start: usize,
+    /// The lowest limit, at most 1. Below one write in flight the one slot stays taken after
+    /// each write for `(1 / limit - 1)` times the recent latency ([`LatencyLimit::gap`]): the
+    /// writer is busy that share of the time, so it gives way further than one write at a
+    /// time while the queue lasts.
+    pub(crate) lowest: f64,
+    /// The longest gap after a write (see `lowest`): the writer's slowest pace.
+    pub(crate) longest_gap: Duration,
 }
 
 /// How fast a [`LatencyLimit`] climbs back.
@@ -78,7 +86,8 @@ impl WindowedMin {
 }
 
 /// The writes allowed in flight: halved when they are slow or the API server says it is
-/// overloaded (`429`, `5xx`), raised again while they are not, between one and the writer's
+/// overloaded (`429`, `5xx`), raised again while they are not, between the rule's `lowest`
+/// (below one: one write at a time with a [`gap`](Self::gap) after each) and the writer's
 /// maximum.
 #[derive(Debug)]
 pub(crate) struct LatencyLimit {
@@ -87,6 +96,8 @@ pub(crate) struct LatencyLimit {
     max: f64,
     /// The recent latency (exponentially weighted average of the writes' latencies).
     recent: Option<Duration>,
+    /// The latency of the newest write.
+    newest: Option<Duration>,
     /// The lowest recent latency of the window.
     baseline: WindowedMin,
     last_decrease: Option<Instant>,
@@ -96,11 +107,18 @@ impl LatencyLimit {
     /// A limit that starts at the rule's `start` and never exceeds `max` (at least 1).
     pub(crate) fn new(max: usize, rule: CongestionRule) -> Self {
         let max = max.max(1);
+        let lowest = if rule.lowest.is_finite() {
+            rule.lowest.clamp(f64::MIN_POSITIVE, 1.0)
+        } else {
+            1.0
+        };
+        let rule = CongestionRule { lowest, ..rule };
         LatencyLimit {
             rule,
             limit: rule.start.clamp(1, max) as f64,
             max: max as f64,
             recent: None,
+            newest: None,
             baseline: WindowedMin::default(),
             last_decrease: None,
         }
@@ -108,8 +126,26 @@ impl LatencyLimit {
 
     /// The writes allowed in flight now (at least one).
     pub(crate) fn current(&self) -> usize {
-        // In 1..=max by construction.
-        self.limit.floor() as usize
+        // In lowest..=max by construction, lowest in (0, 1].
+        (self.limit.floor() as usize).max(1)
+    }
+
+    /// The limit as it is: writes in flight, or below 1 the share of the time one is.
+    pub(crate) fn value(&self) -> f64 {
+        self.limit
+    }
+
+    /// How long the one slot stays taken after a write while the limit is below one write in
+    /// flight: `(1 / limit - 1)` times the recent latency (below one write in flight, the
+    /// slower of the last two writes'), at most the rule's `longest_gap`; zero at one write or
+    /// more.
+    pub(crate) fn gap(&self) -> Duration {
+        match self.recent {
+            Some(recent) if self.limit < 1.0 => recent
+                .mul_f64(1.0 / self.limit - 1.0)
+                .min(self.rule.longest_gap),
+            _ => Duration::ZERO,
+        }
     }
 
     /// Above this recent latency the writes are slow. `None` before the first write.
@@ -134,11 +170,18 @@ impl LatencyLimit {
         overloaded: bool,
         limited: bool,
     ) -> usize {
-        let a = self.rule.smoothing;
-        let recent = match self.recent {
-            None => latency,
-            Some(r) => r.mul_f64(1.0 - a) + latency.mul_f64(a),
+        // Below one write in flight the writes are apart, each alone at the API server: the
+        // recent latency is the slower of the last two (not an average over many gaps), so two
+        // quick writes in a row end the gaps, and one quick write amid a queue does not.
+        let recent = match (self.recent, self.newest) {
+            (None, _) => latency,
+            (Some(_), Some(newest)) if self.limit < 1.0 => latency.max(newest),
+            (Some(r), _) => {
+                let a = self.rule.smoothing;
+                r.mul_f64(1.0 - a) + latency.mul_f64(a)
+            }
         };
+        self.newest = Some(latency);
         self.recent = Some(recent);
         self.baseline
             .observe(now, recent, self.rule.baseline_window);
@@ -149,7 +192,7 @@ impl LatencyLimit {
                 .last_decrease
                 .is_none_or(|at| now.saturating_duration_since(at) >= interval);
             if due {
-                self.limit = (self.limit / 2.0).max(1.0);
+                self.limit = (self.limit / 2.0).max(self.rule.lowest);
                 self.last_decrease = Some(now);
             }
         } else if limited {

@@ -19,7 +19,9 @@
 //! flight when the queue formed count once); other writes raise it again, up to the writer's
 //! maximum. The lowest recent latency is the API server's unloaded latency for these writes,
 //! whatever the cluster's network and object sizes make it (a cluster far away has a high
-//! baseline, not a slow one). The limit never goes below one write in flight: the writer always
+//! baseline, not a slow one). A rule may let the limit go below one write in flight: one write
+//! at a time, and a gap after each of `(1 / limit - 1)` times the recent latency (bounded), so
+//! that the writer is busy only that share of the time while the queue lasts. The writer always
 //! makes progress.
 //!
 //! What it cannot tell: a writer whose first writes already meet a loaded API server has a
@@ -29,6 +31,7 @@
 //!
 //! [`WritePacer`] applies a limit with a semaphore whose permits follow it.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -54,14 +57,18 @@ pub(crate) const EVENT_WRITES: CongestionRule = CongestionRule {
     baseline_window: Duration::from_secs(30),
     increase: Increase::PerLimitOfWrites,
     start: usize::MAX,
+    lowest: 1.0,
+    longest_gap: Duration::ZERO,
 };
 
 /// How the initialisation writes tell a busy API server (`controllers/cloud_node/sync.rs`): their
 /// recent latency (weighted 1/4 to the newest write) above twice its lowest value of the last
-/// 5 to 10 minutes plus 5 ms; then halved at most once per that latency. It starts at 4 writes
-/// in flight and gets one more per write that was not slow while every slot was taken (up to
-/// `--concurrent-node-syncs`), so that the Nodes waiting are initialised at once when the
-/// queue is gone, and a burst that starts after a quiet time meets a narrow limit.
+/// 5 to 10 minutes plus 5 ms; then halved at most once per that latency, down to 1/16: one
+/// initialisation writing at a time, busy a sixteenth of the time (the gap after its writes at
+/// most 250 ms, so that the end of a queue is seen within a quarter of a second). It starts at 4 writes in flight and gets one more per write that was not slow
+/// while every slot was taken (up to `--concurrent-node-syncs`), so that the Nodes waiting are
+/// initialised at once when the queue is gone, and a burst that starts after a quiet time meets
+/// a narrow limit.
 pub(crate) const NODE_INITIALISATION_WRITES: CongestionRule = CongestionRule {
     factor: 2.0,
     slack: Duration::from_millis(5),
@@ -71,16 +78,20 @@ pub(crate) const NODE_INITIALISATION_WRITES: CongestionRule = CongestionRule {
     baseline_window: Duration::from_secs(600),
     increase: Increase::PerWrite,
     start: 4,
+    lowest: 1.0 / 16.0,
+    longest_gap: Duration::from_millis(250),
 };
 
-/// The limit applied: [`WritePacer::acquire`] waits for a slot, [`WritePermit::observe`] feeds
-/// each write's latency back. Slots are handed out in order of arrival.
+/// The limit applied: [`WritePacer::acquire`] waits for a slot (and, below one write in flight,
+/// for the gap after the last write), [`WritePermit::observe`] feeds each write's latency back.
+/// Slots are handed out in order of arrival.
 #[derive(Debug)]
 pub(crate) struct WritePacer {
     slots: Semaphore,
     state: Mutex<PacerState>,
-    /// The current limit, for `/metrics`.
-    gauge: Gauge,
+    /// The current limit, for `/metrics` (below 1: the share of the time one write is in
+    /// flight).
+    gauge: Gauge<f64, AtomicU64>,
 }
 
 #[derive(Debug)]
@@ -91,6 +102,8 @@ struct PacerState {
     /// Slots to take back as handed-out ones come back (the limit went down while they were
     /// out).
     owed: usize,
+    /// Below one write in flight: no write starts before this (the gap after the last one).
+    next_write: Option<Instant>,
 }
 
 /// One slot of a [`WritePacer`], given back when dropped.
@@ -103,16 +116,17 @@ pub(crate) struct WritePermit<'a> {
 impl WritePacer {
     /// A pacer allowing up to `max` writes in flight (the controller's workers) by `rule`;
     /// `gauge` shows the current limit.
-    pub(crate) fn new(max: usize, rule: CongestionRule, gauge: Gauge) -> Self {
+    pub(crate) fn new(max: usize, rule: CongestionRule, gauge: Gauge<f64, AtomicU64>) -> Self {
         let limit = LatencyLimit::new(max, rule);
         let slots = limit.current();
-        gauge.set(i64::try_from(slots).unwrap_or(i64::MAX));
+        gauge.set(limit.value());
         WritePacer {
             slots: Semaphore::new(slots),
             state: Mutex::new(PacerState {
                 limit,
                 slots,
                 owed: 0,
+                next_write: None,
             }),
             gauge,
         }
@@ -122,29 +136,36 @@ impl WritePacer {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for a slot.
+    /// Waits for a slot, then for the gap after the last write while the limit is below one.
     pub(crate) async fn acquire(&self) -> WritePermit<'_> {
         // The semaphore is never closed; were it, the write would go ahead unpaced.
         let permit = self.slots.acquire().await.ok();
+        // Read once the slot is ours: the write before it set the gap as it finished.
+        let next_write = self.state().next_write;
+        if let Some(at) = next_write {
+            tokio::time::sleep_until(at).await;
+        }
         WritePermit {
             pacer: self,
             permit,
         }
     }
 
-    /// The limit now.
+    /// The limit now (below 1: the share of the time one write is in flight).
     #[cfg(test)]
-    pub(crate) fn limit(&self) -> usize {
-        self.state().limit.current()
+    pub(crate) fn limit(&self) -> f64 {
+        self.state().limit.value()
     }
 
     fn observe(&self, latency: Duration, overloaded: bool) {
         let mut state = self.state();
         // This write's slot is still out: none free means every slot is taken.
         let limited = self.slots.available_permits() == 0;
-        let limit = state
-            .limit
-            .on_sample(Instant::now(), latency, overloaded, limited);
+        let now = Instant::now();
+        let limit = state.limit.on_sample(now, latency, overloaded, limited);
+        let gap = state.limit.gap();
+
+        state.next_write = (!gap.is_zero()).then(|| now + gap);
         if limit > state.slots {
             let more = limit - state.slots;
             let paid = more.min(state.owed);
@@ -156,7 +177,7 @@ impl WritePacer {
             state.owed += fewer - taken;
         }
         state.slots = limit;
-        self.gauge.set(i64::try_from(limit).unwrap_or(i64::MAX));
+        self.gauge.set(state.limit.value());
     }
 }
 

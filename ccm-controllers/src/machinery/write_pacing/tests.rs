@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -58,7 +59,7 @@ fn fast_writes_keep_the_limit_at_the_workers() {
 }
 
 #[test]
-fn a_queue_at_the_api_server_halves_the_limit_once_per_latency_down_to_one() {
+fn a_queue_at_the_api_server_halves_the_limit_once_per_latency_down_to_a_sixteenth() {
     let mut now = Instant::now();
     let mut limit = node_limit_at_full_width(&mut now);
     // 64 writes in flight report 40 ms at the same moment: one halving, not 64.
@@ -68,13 +69,40 @@ fn a_queue_at_the_api_server_halves_the_limit_once_per_latency_down_to_one() {
         after = limit.on_sample(now, 40 * MS, false, true);
     }
     assert_eq!(after, 50, "one halving for one queue");
-    // The queue lasts: halved again each time the recent latency has passed, to one write.
-    assert_eq!(feed(&mut limit, &mut now, 30, 40 * MS), 1);
-    assert_eq!(
-        feed(&mut limit, &mut now, 100, 40 * MS),
-        1,
-        "never below one"
-    );
+    assert_eq!(limit.gap(), Duration::ZERO, "no gap at one write or more");
+    // The queue lasts: halved again each time the recent latency has passed, to one write,
+    // then below: one write at a time, busy a sixteenth of the time.
+    assert_eq!(feed(&mut limit, &mut now, 6, 40 * MS), 1);
+    assert_eq!(limit.value(), 50.0 / 64.0);
+    let expected = (40 * MS).mul_f64(64.0 / 50.0 - 1.0);
+    assert!(limit.gap().abs_diff(expected) < Duration::from_micros(1));
+    assert_eq!(feed(&mut limit, &mut now, 100, 40 * MS), 1);
+    assert_eq!(limit.value(), 1.0 / 16.0, "never below the rule's lowest");
+    // 15 times the latency, bounded.
+    assert_eq!(limit.gap(), NODES.longest_gap);
+    assert_eq!(feed(&mut limit, &mut now, 2, 12 * MS), 1);
+    assert!(limit.gap().abs_diff(12 * MS * 15) < Duration::from_micros(1));
+    // Below one write in flight the slower of the last two writes counts: one quick write amid
+    // the queue changes nothing, the second in a row ends the gaps.
+    assert_eq!(feed(&mut limit, &mut now, 1, 2 * MS), 1);
+    assert_eq!(limit.value(), 1.0 / 16.0);
+    assert!(limit.gap().abs_diff(12 * MS * 15) < Duration::from_micros(1));
+    assert_eq!(feed(&mut limit, &mut now, 1, 2 * MS), 1);
+    assert!(limit.value() > 1.0);
+    assert_eq!(limit.gap(), Duration::ZERO);
+    // Quick writes while every slot is taken: more in flight.
+    assert!(feed(&mut limit, &mut now, 20, 2 * MS) > 1);
+}
+
+#[test]
+fn the_event_limit_never_goes_below_one_write() {
+    let mut now = Instant::now();
+    let mut limit = LatencyLimit::new(20, EVENTS);
+    feed(&mut limit, &mut now, 10, 2 * MS);
+    // Within the baseline's window (30 s): the 2 ms writes stay the baseline.
+    assert_eq!(feed(&mut limit, &mut now, 20, 900 * MS), 1);
+    assert_eq!(limit.value(), 1.0);
+    assert_eq!(limit.gap(), Duration::ZERO);
 }
 
 #[test]
@@ -138,14 +166,15 @@ fn a_baseline_far_away_is_not_a_queue() {
 
 #[tokio::test]
 async fn the_pacer_hands_out_slots_as_the_limit_says() {
-    let gauge = Gauge::default();
+    let gauge = Gauge::<f64, AtomicU64>::default();
     let pacer = Arc::new(WritePacer::new(4, NODES, gauge.clone()));
-    assert_eq!(gauge.get(), 4);
+    assert_eq!(gauge.get(), 4.0);
     let held: Vec<_> = futures::future::join_all((0..4).map(|_| pacer.acquire())).await;
     // All four out: a fifth waits.
     let fifth = tokio::time::timeout(Duration::from_millis(50), pacer.acquire()).await;
     assert!(fifth.is_err(), "a fifth write waits for a slot");
-    // A quiet baseline, then a queue: the limit halves to 2 while all four slots are out.
+    // A quiet baseline, then a queue: the limit halves down to a sixteenth while all four
+    // slots are out.
     for permit in &held {
         permit.observe(2 * MS, false);
     }
@@ -153,13 +182,21 @@ async fn the_pacer_hands_out_slots_as_the_limit_says() {
         held[0].observe(60 * MS, false);
         tokio::time::sleep(Duration::from_millis(61)).await;
     }
-    assert_eq!(pacer.limit(), 1);
-    assert_eq!(gauge.get(), 1);
-    // Three of the four come back: taken back, not handed out; the last one is the slot.
+    assert_eq!(pacer.limit(), 1.0 / 16.0);
+    assert_eq!(gauge.get(), 1.0 / 16.0);
+    // Three of the four come back: taken back, not handed out; the last one is the slot,
+    // and it waits for the gap after the last write (15 times its latency, at most 250 ms,
+    // counted from the write's end, 61 ms ago).
     drop(held);
+    let asked = Instant::now();
     let one = pacer.acquire().await;
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150),
+        "the gap after a slow write: waited {waited:?}"
+    );
     let second = tokio::time::timeout(Duration::from_millis(50), pacer.acquire()).await;
-    assert!(second.is_err(), "one slot while the limit is one");
+    assert!(second.is_err(), "one slot while the limit is below one");
     // Three writes wait; quiet again: the limit climbs (every slot is taken as it does: the
     // waiting writes take the new ones) and the waiting writes go.
     let went = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -180,7 +217,7 @@ async fn the_pacer_hands_out_slots_as_the_limit_says() {
     for _ in 0..20 {
         one.observe(2 * MS, false);
     }
-    assert_eq!(pacer.limit(), 4);
+    assert_eq!(pacer.limit(), 4.0);
     for _ in 0..5 {
         tokio::task::yield_now().await;
     }

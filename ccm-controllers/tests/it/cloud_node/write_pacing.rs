@@ -34,8 +34,8 @@ async fn initialisation_writes_narrow_while_the_api_server_is_slow_and_widen_aft
     t.wait_initialized(&quiet).await;
     assert_eq!(limit(), 4.0);
 
-    // The API server queues: every answer takes 300 ms. The writes narrow to one at a time,
-    // and every Node is still initialised.
+    // The API server queues: every answer takes 300 ms. The writes narrow to one at a time
+    // with a gap after each, and every Node is still initialised.
     server.set_latency(Duration::from_millis(300));
     let slow: Vec<String> = (0..4).map(|i| t.name(&format!("pace-slow{i}"))).collect();
     for name in &slow {
@@ -44,10 +44,10 @@ async fn initialisation_writes_narrow_while_the_api_server_is_slow_and_widen_aft
     for name in &slow {
         t.wait_initialized(name).await;
     }
-    assert_eq!(
-        limit(),
-        1.0,
-        "one initialisation writing at a time while the server is slow"
+    assert!(
+        limit() < 1.0,
+        "one initialisation writing at a time, part of the time, while the server is slow: {}",
+        limit()
     );
 
     // Quick again: a burst of Nodes widens the limit as its writes wait for the one slot.

@@ -132,9 +132,10 @@ pub(crate) struct Cli {
     /// does; off otherwise: at 100,000 Nodes the bodies alone took gigabytes of the harness).
     #[arg(long)]
     pub(crate) record_bodies: bool,
-    /// node-burst: first create the same Nodes in a fresh in-process API server with no CCM
-    /// (the harness's watches running, as in the run), then run with the CCM: the creation
-    /// times with and without it and their ratio (issue 43: at most 1.15).
+    /// node-burst: create the same Nodes in a fresh in-process API server with no CCM (the
+    /// harness's watches running, as in the run) before and again after the run with the CCM:
+    /// the creation times with and without it and their ratio to the mean of both baselines
+    /// (issue 43: at most 1.15).
     #[arg(long)]
     pub(crate) without_ccm_baseline: bool,
     /// node-burst: Nodes registered (and, with a CCM, initialised) before the burst, as the

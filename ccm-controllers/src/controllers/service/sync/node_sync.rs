@@ -6,11 +6,12 @@
 //! (`plan/backends.rs`) gets the eligible hosts its selector matches; a batch carries only load
 //! balancers of one selector (one host list per call).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ccm_core::well_known::TAINT_UNINITIALIZED;
 use ccm_core::{CloudError, LoadBalancerHostsBatch, NodeView};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
@@ -115,12 +116,46 @@ impl HostSet {
     }
 }
 
-/// Turns Node changes that can change a host list (§4.4) into node-sync triggers.
+/// What the node-sync loop hears of the Nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum NodeSyncTrigger {
+    /// A change that can change a host list.
+    Hosts(HostChange),
+    /// Whether some of this CCM's Nodes await their initialisation (carry the uninitialised
+    /// taint) now: more additions are coming ([`NodeSyncTimer::joining`]).
+    Joining(bool),
+}
+
+/// This CCM's Nodes that still carry the uninitialised taint, by name.
+#[derive(Debug, Default)]
+struct AwaitingInitialisation(HashSet<String>);
+
+impl AwaitingInitialisation {
+    /// Takes `node` as it is now (ours or not).
+    fn update(&mut self, ownership: &Ownership, node: &NodeView) {
+        if ownership.owns(node) && node.has_taint(TAINT_UNINITIALIZED) {
+            if !self.0.contains(node.name()) {
+                self.0.insert(node.name().to_string());
+            }
+        } else {
+            self.0.remove(node.name());
+        }
+    }
+
+    fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+}
+
+/// Turns Node changes that can change a host list (§4.4) into node-sync triggers, and tells the
+/// loop when Nodes start and stop awaiting their initialisation.
 pub(super) async fn node_events(
     shared: Arc<Reconciler>,
     mut changes: Subscription<NodeView>,
-    trigger: mpsc::UnboundedSender<HostChange>,
+    trigger: mpsc::UnboundedSender<NodeSyncTrigger>,
 ) {
+    let mut awaiting = AwaitingInitialisation::default();
+    let mut joining = false;
     loop {
         let change = tokio::select! {
             () = shared.ctx.shutdown.cancelled() => return,
@@ -135,6 +170,7 @@ pub(super) async fn node_events(
         // becoming foreign leaves and one becoming ours joins.
         let host_change = match &change {
             Change::Applied { old, new } => {
+                awaiting.update(ownership, new);
                 match (ours(ownership, old.as_ref()), ours(ownership, Some(new))) {
                     (None, None) => None,
                     // A label change moves a host in or out of a backend selector: relevant
@@ -148,14 +184,29 @@ pub(super) async fn node_events(
                 }
             }
             Change::Deleted(gone) => {
+                awaiting.0.remove(gone.name());
                 ours(ownership, Some(gone)).and_then(|g| plan::host_change(Some(g), None))
             }
-            Change::Resync => Some(HostChange::Removal),
+            Change::Resync => {
+                awaiting = AwaitingInitialisation::default();
+                for node in shared.ctx.nodes.list() {
+                    awaiting.update(ownership, &node);
+                }
+                Some(HostChange::Removal)
+            }
         };
+        // The host change first: an initialised Node's addition arrives before the news that
+        // none awaits any more, so the pass that follows carries it.
         if let Some(host_change) = host_change
-            && trigger.send(host_change).is_err()
+            && trigger.send(NodeSyncTrigger::Hosts(host_change)).is_err()
         {
             return;
+        }
+        if awaiting.any() != joining {
+            joining = awaiting.any();
+            if trigger.send(NodeSyncTrigger::Joining(joining)).is_err() {
+                return;
+            }
         }
     }
 }
@@ -166,7 +217,7 @@ pub(super) async fn node_events(
 /// node store).
 pub(super) async fn node_sync_loop(
     shared: Arc<Reconciler>,
-    mut triggers: mpsc::UnboundedReceiver<HostChange>,
+    mut triggers: mpsc::UnboundedReceiver<NodeSyncTrigger>,
 ) {
     let shutdown = shared.ctx.shutdown.clone();
     let mut timer = NodeSyncTimer::new(
@@ -189,8 +240,13 @@ pub(super) async fn node_sync_loop(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => {
                 timer.passed(tokio::time::Instant::now());
-                // Every change received so far is in the store the pass reads.
-                while triggers.try_recv().is_ok() {}
+                // Every change received so far is in the store the pass reads; whether Nodes
+                // await their initialisation is kept.
+                while let Ok(trigger) = triggers.try_recv() {
+                    if let NodeSyncTrigger::Joining(joining) = trigger {
+                        timer.joining(joining);
+                    }
+                }
                 if let Some(after) = shared.node_sync_pass().await {
                     timer.retry_at(tokio::time::Instant::now() + after);
                 }
@@ -200,8 +256,11 @@ pub(super) async fn node_sync_loop(
                         .is_some_and(|calls| calls <= plan::CHEAP_BATCHED_PASS_CALLS),
                 );
             }
-            change = triggers.recv() => match change {
-                Some(change) => timer.change(change, tokio::time::Instant::now()),
+            trigger = triggers.recv() => match trigger {
+                Some(NodeSyncTrigger::Hosts(change)) => {
+                    timer.change(change, tokio::time::Instant::now());
+                }
+                Some(NodeSyncTrigger::Joining(joining)) => timer.joining(joining),
                 None => return,
             },
         }

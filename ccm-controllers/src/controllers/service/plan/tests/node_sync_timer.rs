@@ -194,3 +194,39 @@ fn a_batched_pass_costs_one_call_per_max_batch_size_load_balancers() {
     assert_eq!(batched_pass_calls(5, 0), 5, "max_batch_size 0 counts as 1");
     assert!(batched_pass_calls(10_000, 3_334) <= CHEAP_BATCHED_PASS_CALLS);
 }
+
+#[test]
+fn joins_under_way_hold_additions_until_none_awaits_initialisation() {
+    let mut t = timer();
+    t.joining(true);
+    // Nodes initialised one after the other, 100 ms apart, while others still await theirs.
+    for i in 0..10 {
+        t.change(HostChange::Addition, ms(i * 100));
+    }
+    assert_eq!(t.due(), Some(ms(1600)), "at most the largest window");
+    // The last one initialised: the pass is due at once (the base window has passed).
+    t.joining(false);
+    assert_eq!(t.due(), Some(ms(200)));
+    t.passed(ms(1000));
+    assert_eq!(t.due(), None);
+}
+
+#[test]
+fn joins_that_never_end_wait_at_most_the_largest_window() {
+    let mut t = timer();
+    t.joining(true);
+    t.change(HostChange::Addition, ms(0));
+    assert_eq!(t.due(), Some(ms(1600)));
+    // A removal is not held by the joins.
+    t.change(HostChange::Removal, ms(100));
+    assert_eq!(t.due(), Some(ms(300)));
+}
+
+#[test]
+fn joins_under_way_do_not_hold_cheap_passes() {
+    let mut t = timer();
+    t.passes_are_cheap(true);
+    t.joining(true);
+    t.change(HostChange::Addition, ms(0));
+    assert_eq!(t.due(), Some(ms(200)));
+}
