@@ -610,7 +610,13 @@ async fn joins_wait_for_the_nodes_awaiting_initialisation() {
     }
     // Initialised: the pass runs at once, with both.
     let initialised = std::time::Instant::now();
-    let taints = nodes(&cluster).get(&awaiting).await.unwrap().spec.unwrap().taints;
+    let taints = nodes(&cluster)
+        .get(&awaiting)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .taints;
     assert!(
         taints
             .unwrap_or_default()

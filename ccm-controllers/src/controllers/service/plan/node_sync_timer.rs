@@ -154,4 +154,3 @@ where
         self.retry = None;
     }
 }
-
