@@ -591,14 +591,7 @@ async fn joins_wait_for_the_nodes_awaiting_initialisation() {
         .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let joined = cluster.unique_name("joined");
-    cluster
-        .create(
-            &kubelet_node(&joined)
-                .provider_id(&format!("fake://{joined}"))
-                .without_uninitialized_taint()
-                .build(),
-        )
-        .await;
+    create_node(&cluster, &joined).await;
     // Past the base and the first widened window: nothing yet, a Node still awaits.
     tokio::time::sleep(Duration::from_millis(900)).await;
     for k in &keys {

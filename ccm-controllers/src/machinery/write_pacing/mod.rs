@@ -65,8 +65,8 @@ pub(crate) const EVENT_WRITES: CongestionRule = CongestionRule {
 /// recent latency (weighted 1/4 to the newest write) above twice its lowest value of the last
 /// 5 to 10 minutes plus 5 ms; then halved at most once per that latency, down to 1/16: one
 /// initialisation writing at a time, busy a sixteenth of the time (the gap after its writes at
-/// most 250 ms, so that the end of a queue is seen within a quarter of a second). It starts at 4 writes in flight and gets one more per write that was not slow
-/// while every slot was taken (up to `--concurrent-node-syncs`), so that the Nodes waiting are
+/// most 250 ms, so that the end of a queue is seen within a quarter of a second). It starts at
+/// 4 writes in flight and gets one more per write that was not slow while every slot was taken (up to `--concurrent-node-syncs`), so that the Nodes waiting are
 /// initialised at once when the queue is gone, and a burst that starts after a quiet time meets
 /// a narrow limit.
 pub(crate) const NODE_INITIALISATION_WRITES: CongestionRule = CongestionRule {
@@ -164,7 +164,6 @@ impl WritePacer {
         let now = Instant::now();
         let limit = state.limit.on_sample(now, latency, overloaded, limited);
         let gap = state.limit.gap();
-
         state.next_write = (!gap.is_zero()).then(|| now + gap);
         if limit > state.slots {
             let more = limit - state.slots;

@@ -355,12 +355,15 @@ pub(crate) fn metric_value(text: &str, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Creates a node the way kubelet registers it, with a provider ID.
+/// Creates a node as kubelet registers it and the cloud-node controller leaves it: a provider
+/// ID, no uninitialised taint (a tainted Node awaits its initialisation, and the node sync holds
+/// additions for it).
 pub(crate) async fn create_node(cluster: &TestCluster, name: &str) -> Node {
     cluster
         .create(
             &kubelet_node(name)
                 .provider_id(&format!("fake://{name}"))
+                .without_uninitialized_taint()
                 .build(),
         )
         .await

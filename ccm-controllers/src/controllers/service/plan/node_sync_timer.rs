@@ -21,8 +21,8 @@ use super::{HostChange, MAX_WINDOW_FACTOR};
 ///
 /// The window does not widen while passes are cheap ([`NodeSyncTimer::passes_are_cheap`]:
 /// the provider's hosts batch carries every load balancer in at most
-/// [`CHEAP_BATCHED_PASS_CALLS`](super::CHEAP_BATCHED_PASS_CALLS) calls): then each join reaches every load balancer within the
-/// base window.
+/// [`CHEAP_BATCHED_PASS_CALLS`](super::CHEAP_BATCHED_PASS_CALLS) calls): then each join
+/// reaches every load balancer within the base window.
 ///
 /// - **Joins under way** ([`NodeSyncTimer::joining`]: some of this CCM's Nodes still carry the
 ///   uninitialised taint): additions wait for them, up to `--node-sync-max-window` after the
@@ -76,7 +76,8 @@ where
         self.joining = joining;
     }
 
-    /// Whether a pass costs so few cloud calls (see [`CHEAP_BATCHED_PASS_CALLS`]) that
+    /// Whether a pass costs so few cloud calls (see
+    /// [`CHEAP_BATCHED_PASS_CALLS`](super::CHEAP_BATCHED_PASS_CALLS)) that
     /// additions keep the base window instead of widening it. Takes effect from the next
     /// addition; the node sync sets it after every pass.
     pub(crate) fn passes_are_cheap(&mut self, cheap: bool) {

@@ -142,6 +142,11 @@ impl AwaitingInitialisation {
         }
     }
 
+    /// Forgets a deleted Node.
+    fn forget(&mut self, node: &NodeView) {
+        self.0.remove(node.name());
+    }
+
     fn any(&self) -> bool {
         !self.0.is_empty()
     }
@@ -184,7 +189,7 @@ pub(super) async fn node_events(
                 }
             }
             Change::Deleted(gone) => {
-                awaiting.0.remove(gone.name());
+                awaiting.forget(gone);
                 ours(ownership, Some(gone)).and_then(|g| plan::host_change(Some(g), None))
             }
             Change::Resync => {
