@@ -33,6 +33,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ccm_core::{NodeView, NodeViewInterner};
+
+use super::lean_node::LeanNode;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
@@ -250,7 +252,10 @@ impl Informer<Node, NodeView> {
         strip: fn(&mut Node),
         shutdown: CancellationToken,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let stream = super::initial_list::watch_events(api, config);
+        // Decoded without `managedFields` and `status.images` (module docs of `lean_node`).
+        let api = Api::<LeanNode>::all(api.into_client());
+        let stream = super::initial_list::watch_events(api, config)
+            .map(|event| event.map(|event| map_event(event, Node::from)));
         Self::nodes_from_stream(stream, strip, shutdown)
     }
 
@@ -511,6 +516,17 @@ pub(crate) fn node_watcher_config() -> watcher::Config {
     watcher_config()
         .list_semantic(watcher::ListSemantic::MostRecent)
         .page_size(NODE_LIST_PAGE_SIZE)
+}
+
+/// `event` with its object (if any) turned into another type by `f`.
+fn map_event<A, B>(event: Event<A>, f: impl FnOnce(A) -> B) -> Event<B> {
+    match event {
+        Event::Apply(object) => Event::Apply(f(object)),
+        Event::Delete(object) => Event::Delete(f(object)),
+        Event::InitApply(object) => Event::InitApply(f(object)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// Removes from a Node, before it is cached, what neither the controllers nor a cloud provider

@@ -11,6 +11,7 @@ pub(crate) mod go_syntax;
 pub(crate) mod informer;
 pub(crate) mod initial_list;
 pub(crate) mod label_selector;
+pub(crate) mod lean_node;
 pub(crate) mod metrics;
 pub(crate) mod ownership;
 pub(crate) mod shadow;

@@ -25,6 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::spec::SpecUpdate;
+use crate::machinery::lean_node::LeanNode;
 
 /// How many times a conflicting spec patch is re-planned from a fresh read before giving up
 /// (the work queue then retries with backoff).
@@ -87,11 +88,11 @@ where
         }
         let patch = guarded_patch(&node, &update)
             .map_err(|e| PatchError::Kube(kube::Error::SerdeError(e)))?;
-        match api
+        match lean(api)
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
-            Ok(updated) => return Ok((updated, true)),
+            Ok(updated) => return Ok((updated.into(), true)),
             // 409: resourceVersion conflict inside the server; 422: one of our `test`s failed
             // (the API server reports a failed JSON-patch test as 422 Unprocessable Entity).
             Err(err) if is_status(&err, &[409, 422]) => {
@@ -133,6 +134,14 @@ pub(crate) async fn patch_addresses(
     if let Some(uid) = &node.metadata.uid {
         body["metadata"] = json!({ "uid": uid });
     }
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+    lean(api)
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
+        .map(Node::from)
+}
+
+/// `api`, decoding the Nodes it answers with without `managedFields` and `status.images`
+/// (module docs of `machinery::lean_node`): what a write returns is only planned from.
+fn lean(api: &Api<Node>) -> Api<LeanNode> {
+    Api::all(api.clone().into_client())
 }
