@@ -530,7 +530,8 @@ fn map_event<A, B>(event: Event<A>, f: impl FnOnce(A) -> B) -> Event<B> {
 }
 
 /// Removes from a Node, before it is cached, what neither the controllers nor a cloud provider
-/// reads: `status.images` (usually most of a Node's size), `capacity`, `allocatable`,
+/// reads: `status.images` (usually most of a Node's size; the Node informer does not even
+/// decode it, nor `managedFields`), `capacity`, `allocatable`,
 /// `volumesAttached`, `volumesInUse`, `daemonEndpoints`, `config`, `features`,
 /// `runtimeHandlers`, every condition but `Ready` (node lifecycle), `NetworkUnavailable`
 /// (routes) and `CloudProviderInstanceNotFound` (node lifecycle, written only when turned on)

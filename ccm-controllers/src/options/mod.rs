@@ -14,7 +14,7 @@
 //! | flag | Go default | here | why |
 //! |---|---|---|---|
 //! | `--concurrent-node-syncs` | 1 | 100 | 1000 nodes at 100 ms per cloud call initialise in about 1 s instead of 100 s |
-//! | `--kube-api-qps` / `--kube-api-burst` | 20 / 30 | 1000 / 2000 | three requests per node at 20 QPS make a 1,000-node bring-up take 150 s; API Priority and Fairness protects the server |
+//! | `--kube-api-qps` / `--kube-api-burst` | 20 / 30 | 5000 / 10000 | three requests per node at 20 QPS make a 1,000-node bring-up take 150 s; API Priority and Fairness protects the server, and the Node initialisation writes follow its latency |
 //! | `--concurrent-service-syncs` | 1 | 10 | one worker makes many load balancers take half an hour to converge |
 //! | zero workers | accepted (nothing runs) | rejected | a silent no-op configuration |
 //!

@@ -36,8 +36,8 @@ fn defaults_match_go_or_are_documented() {
     assert!(!o.cloud.allow_untagged_cloud);
     assert_eq!(o.kube.kubeconfig, None);
     assert_eq!(o.kube.master, None);
-    assert_eq!(o.kube.kube_api_qps, 1000.0);
-    assert_eq!(o.kube.kube_api_burst, 2000);
+    assert_eq!(o.kube.kube_api_qps, 5000.0);
+    assert_eq!(o.kube.kube_api_burst, 10000);
     assert_eq!(o.generic.controllers, vec!["*"]);
     assert_eq!(o.generic.cluster_name, "kubernetes");
     assert_eq!(o.generic.cluster_cidr, "");
