@@ -28,10 +28,8 @@ pub struct KubeArgs {
     /// that register together (three requests per node), which is the bring-up delay this
     /// framework exists to remove. Since API Priority and Fairness (GA in Kubernetes 1.29) the
     /// API server protects itself per flow, and the Node initialisation writes follow the API
-    /// server's latency (`node_controller_initialization_writes_limit`); this client-side
-    /// limit only stops a runaway loop, so it sits above what an API server takes from one
-    /// client (at 1000, the 0.4.0 default, it held a 10,000-Node burst's initialisation to 500
-    /// Nodes/s, below the API server's pace). Set it back to 20 to match a Go CCM exactly.
+    /// server's latency; this client-side limit only stops a runaway loop, so it sits above
+    /// what an API server takes from one client. Set it back to 20 to match a Go CCM exactly.
     #[arg(long, default_value_t = DEFAULT_KUBE_API_QPS, value_name = "QPS")]
     pub kube_api_qps: f64,
     /// Burst of queries to the API server (token bucket size). Default 10000 (Go: 30); see
