@@ -17,7 +17,11 @@ use super::{HostChange, MAX_WINDOW_FACTOR};
 /// "Keeps joining" is judged over the largest window, not the current one: judged over the
 /// current window, a Node joining every 2 s against the 1 s base never widened it (each join
 /// came 1 s after the pass of the previous one, never within it), and each joining Node cost
-/// every load balancer an update of its own, as in Go (issue 19).
+/// every load balancer an update of its own, as in Go (issue 19). It is counted from the *end*
+/// of the last pass that carried additions ([`NodeSyncTimer::finished`]): a pass held by a
+/// cloud quota can take longer than the largest window, and the joins that arrived while it
+/// ran are only seen after it; counted from its start, they looked like joins after a pause
+/// and reset the window to the base.
 ///
 /// The window does not widen while passes are cheap ([`NodeSyncTimer::passes_are_cheap`]:
 /// the provider's hosts batch carries every load balancer in at most
@@ -36,8 +40,10 @@ pub(crate) struct NodeSyncTimer<I> {
     base: std::time::Duration,
     max: std::time::Duration,
     addition_window: std::time::Duration,
-    /// The last pass that carried additions.
+    /// When the last pass that carried additions ended (started, while it runs).
     last_addition_pass: Option<I>,
+    /// The pass running (or last run) carried additions.
+    pass_carried_additions: bool,
     first_addition: Option<I>,
     first_removal: Option<I>,
     last_removal: Option<I>,
@@ -61,6 +67,7 @@ where
             max: max.max(base),
             addition_window: base,
             last_addition_pass: None,
+            pass_carried_additions: false,
             first_addition: None,
             first_removal: None,
             last_removal: None,
@@ -146,12 +153,21 @@ where
 
     /// A pass started at `now`: it covers every change recorded so far.
     pub(crate) fn passed(&mut self, now: I) {
-        if self.first_addition.is_some() {
+        self.pass_carried_additions = self.first_addition.is_some();
+        if self.pass_carried_additions {
             self.last_addition_pass = Some(now);
         }
         self.first_addition = None;
         self.first_removal = None;
         self.last_removal = None;
         self.retry = None;
+    }
+
+    /// The pass started by the last [`NodeSyncTimer::passed`] ended at `now`: whether later
+    /// additions keep joining is judged from here.
+    pub(crate) fn finished(&mut self, now: I) {
+        if self.pass_carried_additions {
+            self.last_addition_pass = Some(now);
+        }
     }
 }

@@ -252,7 +252,9 @@ pub(super) async fn node_sync_loop(
                         timer.joining(joining);
                     }
                 }
-                if let Some(after) = shared.node_sync_pass().await {
+                let retry = shared.node_sync_pass().await;
+                timer.finished(tokio::time::Instant::now());
+                if let Some(after) = retry {
                     timer.retry_at(tokio::time::Instant::now() + after);
                 }
                 timer.passes_are_cheap(
@@ -327,6 +329,7 @@ impl Reconciler {
     pub(super) async fn node_sync_pass(self: &Arc<Self>) -> Option<Duration> {
         let started = Instant::now();
         let mut retry: Option<Duration> = None;
+        tracing::debug!(controller = NAME, hosts = self.eligible_hosts().nodes.len(), "node-sync pass starting");
         for ((provider_class, selector), keys) in self.node_sync_groups() {
             let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()));
             match batch {
@@ -342,6 +345,7 @@ impl Reconciler {
             }
         }
         ServiceMetrics::observe(&self.metrics.nodesync_latency, started.elapsed());
+        tracing::debug!(controller = NAME, elapsed = ?started.elapsed(), ?retry, "node-sync pass done");
         retry
     }
 

@@ -230,3 +230,38 @@ fn joins_under_way_do_not_hold_cheap_passes() {
     t.change(HostChange::Addition, ms(0));
     assert_eq!(t.due(), Some(ms(200)));
 }
+
+#[test]
+fn joins_during_a_pass_longer_than_the_largest_window_keep_widening_it() {
+    // A pass held by a cloud quota runs 3 s (longer than the 1.6 s largest window); the joins
+    // that arrived meanwhile are recorded when it ends.
+    let mut t = timer();
+    t.change(HostChange::Addition, ms(0));
+    assert_eq!(t.due(), Some(ms(200)));
+    t.passed(ms(200));
+    t.finished(ms(3200));
+    t.change(HostChange::Addition, ms(3200));
+    // Counted from the pass's start (200 ms), this looked like a join after a pause.
+    assert_eq!(t.addition_window(), ms(400));
+    assert_eq!(t.due(), Some(ms(3600)));
+    t.passed(ms(3600));
+    t.finished(ms(3700));
+    // A real pause after the end of the last pass still resets it.
+    t.change(HostChange::Addition, ms(3700 + 1601));
+    assert_eq!(t.addition_window(), ms(200));
+}
+
+#[test]
+fn a_pass_for_removals_alone_does_not_move_the_joining_reference() {
+    let mut t = timer();
+    t.change(HostChange::Addition, ms(0));
+    t.passed(ms(200));
+    t.finished(ms(300));
+    t.change(HostChange::Removal, ms(400));
+    t.passed(ms(600));
+    t.finished(ms(1800));
+    // 1,700 ms after the end of the last pass with additions (300 ms): a pause, although
+    // only 100 ms after the removals' pass.
+    t.change(HostChange::Addition, ms(1901));
+    assert_eq!(t.addition_window(), ms(200));
+}
