@@ -108,7 +108,8 @@ pub struct ContextParams {
     /// This process's identity.
     pub identity: String,
     /// Removes fields from every Node before it is cached: [`informer::strip_node`] unless the
-    /// vendor set [`Builder::strip_cached_node`](crate::Builder::strip_cached_node).
+    /// vendor set [`Builder::strip_cached_node`](crate::Builder::strip_cached_node). It never
+    /// sees `metadata.managedFields` or `status.images`: the Node informer does not decode them.
     pub strip_node: fn(&mut Node),
     /// The Event queue; the caller runs its writer (the runtime stops it after the controllers
     /// drained, so their last Events are flushed).

@@ -33,8 +33,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use ccm_core::{NodeView, NodeViewInterner};
-
-use super::lean_node::LeanNode;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
@@ -43,6 +41,8 @@ use kube::runtime::watcher::{self, Event};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
+
+use super::lean_node::LeanNode;
 
 /// Default capacity of an informer's change broadcast. A subscriber more than this many changes
 /// behind receives [`Change::Resync`].
@@ -245,7 +245,8 @@ impl Informer<Node, NodeView> {
     /// The Node informer: like [`Informer::new`], with each Node stripped by `strip` and then
     /// stored as a [`NodeView`] built by one [`NodeViewInterner`] for the whole store: label and
     /// annotation sets and the strings many Nodes share held once, swept when no Node uses them
-    /// any more.
+    /// any more. The Nodes are decoded without `metadata.managedFields` and `status.images`,
+    /// so `strip` never sees those.
     pub fn nodes(
         api: Api<Node>,
         config: watcher::Config,
@@ -497,7 +498,8 @@ pub(crate) fn watcher_config() -> watcher::Config {
 
 /// Nodes per page when the shared Node informer lists (kube's default is 500).
 ///
-/// A page is decoded whole, images and all, before [`strip_node`], while the cache fills; the
+/// A page is decoded whole (less `managedFields` and `status.images`, which are never decoded:
+/// `machinery::lean_node`) before [`strip_node`], while the cache fills; the
 /// allocator keeps much of that transient memory, so smaller pages leave the process smaller
 /// (figures per page size: `docs/performance.md`, section "4. steady: memory"). 50 costs one
 /// list request per 50 Nodes at start and after a relist, which the API server serves page by

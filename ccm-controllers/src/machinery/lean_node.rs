@@ -2,8 +2,9 @@
 //! decoding cost: `metadata.managedFields` (decoded by k8s-openapi into `serde_json::Value`
 //! maps) and `status.images` (about 40 entries of two strings each on a typical Node).
 //!
-//! Every Node the CCM receives comes through here: the Node informer's list and watch events
-//! and the answers to our own Node patches. A 10,000-Node burst is at least four Node
+//! The Nodes the CCM receives in bulk come through here: the Node informer's list and watch
+//! events and the answers to the controllers' Node patches (cloud-node, route, node IPAM,
+//! node lifecycle; [`lean_api`]). The GETs after a conflict, rare, decode whole Nodes. A 10,000-Node burst is at least four Node
 //! versions per Node (the kubelet's create and status write, our two initialisation writes),
 //! and the fields skipped were two thirds of the CCM's CPU time decoding them (allocation and
 //! freeing, mostly). The informer dropped both fields anyway (`informer::strip_node`, and
@@ -88,6 +89,12 @@ impl<'de> de::Deserialize<'de> for LeanNode {
         })?;
         Ok(LeanNode(node))
     }
+}
+
+/// `api` (the Nodes' API), answering with [`LeanNode`]s: for writes whose answer is only read
+/// for what the two skipped fields are not.
+pub(crate) fn lean_api(api: &kube::Api<Node>) -> kube::Api<LeanNode> {
+    kube::Api::all(api.clone().into_client())
 }
 
 impl From<LeanNode> for Node {

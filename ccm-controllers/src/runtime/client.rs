@@ -601,7 +601,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn kube_api_qps_and_burst_hold_under_a_burst() {
-        // --kube-api-qps=20 --kube-api-burst=30 (the defaults): 100 requests at once.
+        // --kube-api-qps=20 --kube-api-burst=30 (Go's defaults): 100 requests at once.
         let seen = Arc::new(Mutex::new(Vec::new()));
         let record = seen.clone();
         let start = Instant::now();

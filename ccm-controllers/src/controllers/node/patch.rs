@@ -25,7 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use super::spec::SpecUpdate;
-use crate::machinery::lean_node::LeanNode;
+use crate::machinery::lean_node::lean_api;
 
 /// How many times a conflicting spec patch is re-planned from a fresh read before giving up
 /// (the work queue then retries with backoff).
@@ -88,7 +88,7 @@ where
         }
         let patch = guarded_patch(&node, &update)
             .map_err(|e| PatchError::Kube(kube::Error::SerdeError(e)))?;
-        match lean(api)
+        match lean_api(api)
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
@@ -134,14 +134,8 @@ pub(crate) async fn patch_addresses(
     if let Some(uid) = &node.metadata.uid {
         body["metadata"] = json!({ "uid": uid });
     }
-    lean(api)
+    lean_api(api)
         .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
         .await
         .map(Node::from)
-}
-
-/// `api`, decoding the Nodes it answers with without `managedFields` and `status.images`
-/// (module docs of `machinery::lean_node`): what a write returns is only planned from.
-fn lean(api: &Api<Node>) -> Api<LeanNode> {
-    Api::all(api.clone().into_client())
 }

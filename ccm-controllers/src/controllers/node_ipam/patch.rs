@@ -13,6 +13,8 @@ use ipnet::IpNet;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
+use crate::machinery::lean_node::lean_api;
+
 /// The JSON patch that sets `cidrs` on `node` only if it has no pod CIDR yet.
 pub(crate) fn pod_cidrs_patch(node: &Node, cidrs: &[IpNet]) -> Result<json_patch::Patch, String> {
     let first = cidrs
@@ -59,11 +61,11 @@ pub(crate) async fn write_pod_cidrs(
     let name = node.metadata.name.as_deref().unwrap_or_default();
     let patch = pod_cidrs_patch(node, cidrs)
         .map_err(|e| WriteError::Kube(kube::Error::Service(e.into())))?;
-    match api
+    match lean_api(api)
         .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
         .await
     {
-        Ok(updated) => Ok(updated),
+        Ok(updated) => Ok(updated.into()),
         Err(kube::Error::Api(s)) if s.code == 404 => Err(WriteError::NotFound),
         // 422: a `test` failed (kube-apiserver reports it so); 409: a conflict inside the server.
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 409 => Err(WriteError::Precondition),

@@ -21,6 +21,7 @@ use super::NodeLifecycleConfig;
 use super::metrics::LifecycleMetrics;
 use super::plan::marks::{self, TaintIntent};
 use crate::controllers::node::taints;
+use crate::machinery::lean_node::lean_api;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -141,8 +142,7 @@ impl Marks {
         let now = Time(jiff::Timestamp::now());
         let patch = marks::condition_patch(node.uid(), status, &now);
         let name = node.name();
-        match self
-            .api
+        match lean_api(&self.api)
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await
         {

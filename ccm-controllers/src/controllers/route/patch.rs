@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::plan::{self, DesiredCondition};
+use crate::machinery::lean_node::lean_api;
 
 /// What one attempt to write the condition did.
 #[derive(Debug)]
@@ -58,10 +59,12 @@ pub(super) async fn write_condition(
     let result = if patch.is_array() {
         let ops: json_patch::Patch =
             serde_json::from_value(patch).map_err(kube::Error::SerdeError)?;
-        api.patch_status(&name, &params, &Patch::Json::<()>(ops))
+        lean_api(api)
+            .patch_status(&name, &params, &Patch::Json::<()>(ops))
             .await
     } else {
-        api.patch_status(&name, &params, &Patch::Strategic(patch))
+        lean_api(api)
+            .patch_status(&name, &params, &Patch::Strategic(patch))
             .await
     };
     match result {

@@ -72,7 +72,14 @@ fn only_managed_fields_and_images_are_left_out() {
             "kept too"
         );
         assert_eq!(
-            lean.0.status.as_ref().unwrap().node_info.as_ref().unwrap().system_uuid,
+            lean.0
+                .status
+                .as_ref()
+                .unwrap()
+                .node_info
+                .as_ref()
+                .unwrap()
+                .system_uuid,
             "ec2-uuid"
         );
     }
@@ -116,5 +123,31 @@ fn watch_events_decode_with_the_node_pruned() {
     match serde_json::from_slice::<WatchEvent<LeanNode>>(&line).unwrap() {
         WatchEvent::Modified(lean) => assert_eq!(lean.0, expected()),
         other => panic!("expected MODIFIED, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_watch_event_with_its_object_before_its_type_decodes_pruned() {
+    // serde buffers the object when the tag comes after it; the pruning still applies.
+    let line = serde_json::to_string(&json!({"object": node_json(), "type": "ADDED"})).unwrap();
+    assert!(line.find("\"object\"") < line.find("\"type\""), "{line}");
+    match serde_json::from_str::<WatchEvent<LeanNode>>(&line).unwrap() {
+        WatchEvent::Added(lean) => assert_eq!(lean.0, expected()),
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_list_page_of_nodes_decodes_pruned() {
+    let page = json!({
+        "apiVersion": "v1", "kind": "NodeList",
+        "metadata": {"resourceVersion": "7", "continue": "next"},
+        "items": [node_json(), node_json()]
+    });
+    let list: kube::core::ObjectList<LeanNode> =
+        serde_json::from_slice(&serde_json::to_vec(&page).unwrap()).unwrap();
+    assert_eq!(list.items.len(), 2);
+    for lean in list.items {
+        assert_eq!(lean.0, expected());
     }
 }

@@ -166,7 +166,7 @@ where
     /// The pass started by the last [`NodeSyncTimer::passed`] ended at `now`: whether later
     /// additions keep joining is judged from here.
     pub(crate) fn finished(&mut self, now: I) {
-        if self.pass_carried_additions {
+        if std::mem::take(&mut self.pass_carried_additions) {
             self.last_addition_pass = Some(now);
         }
     }

@@ -329,7 +329,11 @@ impl Reconciler {
     pub(super) async fn node_sync_pass(self: &Arc<Self>) -> Option<Duration> {
         let started = Instant::now();
         let mut retry: Option<Duration> = None;
-        tracing::debug!(controller = NAME, hosts = self.eligible_hosts().nodes.len(), "node-sync pass starting");
+        tracing::debug!(
+            controller = NAME,
+            hosts = self.eligible_hosts().nodes.len(),
+            "node-sync pass starting"
+        );
         for ((provider_class, selector), keys) in self.node_sync_groups() {
             let batch = provider_class.and_then(|c| self.hosts_batch(c.as_deref()));
             match batch {
