@@ -195,10 +195,16 @@ async fn access_review(
 }
 
 /// An address nothing listens on: the API server "cannot be reached".
+/// A URL on which nothing listens, for as long as the test process runs: its port stays bound
+/// by a socket that never listens, so connecting is refused at once, and no other test's server
+/// can bind the port meanwhile (a port freed right after binding was taken by a concurrent
+/// test's mock API server, which then answered the "unreachable" URL).
 async fn unreachable_url() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    // Never listened on, never closed.
+    std::mem::forget(socket);
     format!("http://{addr}")
 }
 
