@@ -67,6 +67,24 @@ struct Prune {
     descend: &'static [(&'static str, &'static Prune)],
 }
 
+impl Prune {
+    /// `deserializer`, with its objects pruned by this rule.
+    fn deserializer<D>(&'static self, deserializer: D) -> Pruned<D> {
+        Pruned {
+            inner: deserializer,
+            prune: self,
+        }
+    }
+
+    /// `visitor`, handed objects pruned by this rule.
+    fn visitor<V>(&'static self, visitor: V) -> PrunedVisitor<V> {
+        PrunedVisitor {
+            inner: visitor,
+            prune: self,
+        }
+    }
+}
+
 /// A Node: `metadata.managedFields` and `status.images`.
 const NODE: Prune = Prune {
     skip: &[],
@@ -83,10 +101,7 @@ const NODE_STATUS: Prune = Prune {
 
 impl<'de> de::Deserialize<'de> for LeanNode {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let node = <Node as de::Deserialize>::deserialize(Pruned {
-            inner: deserializer,
-            prune: &NODE,
-        })?;
+        let node = <Node as de::Deserialize>::deserialize(NODE.deserializer(deserializer))?;
         Ok(LeanNode(node))
     }
 }
@@ -125,22 +140,13 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Pruned<D> {
     type Error = D::Error;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_any(PrunedVisitor {
-            inner: visitor,
-            prune: self.prune,
-        })
+        self.inner.deserialize_any(self.prune.visitor(visitor))
     }
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_option(PrunedVisitor {
-            inner: visitor,
-            prune: self.prune,
-        })
+        self.inner.deserialize_option(self.prune.visitor(visitor))
     }
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(PrunedVisitor {
-            inner: visitor,
-            prune: self.prune,
-        })
+        self.inner.deserialize_map(self.prune.visitor(visitor))
     }
     fn deserialize_struct<V: Visitor<'de>>(
         self,
@@ -148,14 +154,8 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Pruned<D> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(
-            name,
-            fields,
-            PrunedVisitor {
-                inner: visitor,
-                prune: self.prune,
-            },
-        )
+        self.inner
+            .deserialize_struct(name, fields, self.prune.visitor(visitor))
     }
 
     forward! {
@@ -209,10 +209,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for PrunedVisitor<V> {
         })
     }
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<V::Value, D::Error> {
-        self.inner.visit_some(Pruned {
-            inner: deserializer,
-            prune: self.prune,
-        })
+        self.inner.visit_some(self.prune.deserializer(deserializer))
     }
     fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
         self.inner.visit_none()
@@ -370,10 +367,7 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for PrunedSeed<S> {
     type Value = S::Value;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<S::Value, D::Error> {
-        self.seed.deserialize(Pruned {
-            inner: deserializer,
-            prune: self.prune,
-        })
+        self.seed.deserialize(self.prune.deserializer(deserializer))
     }
 }
 
